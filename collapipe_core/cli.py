@@ -1,0 +1,220 @@
+"""The ``collapipe`` command line: run experiments, inspect schedules, export the config schema.
+
+Bad input exits with status 2 and one clear message (no traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from collapipe_core.config import config_json_schema
+from collapipe_core.validation import ConfigError, load_config
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="CollaPipe: collaborative edge LLM training"
+)
+config_app = typer.Typer(no_args_is_help=True, help="Inspect and check experiment configs")
+app.add_typer(config_app, name="config")
+err_console = Console(stderr=True)
+console = Console()
+
+ConfigPath = Annotated[Path, typer.Argument(help="experiment config (YAML or JSON)")]
+
+
+def _fail(message: str) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+def _load(path: Path, overrides: dict[str, Any]) -> Any:
+    try:
+        return load_config(path, {k: v for k, v in overrides.items() if v is not None})
+    except ConfigError as err:
+        raise _fail(f"{path}: {err}") from None
+
+
+@app.command()
+def run(
+    config_path: ConfigPath,
+    executor: Annotated[str | None, typer.Option(help="analytic | simulated")] = None,
+    rounds: Annotated[int | None, typer.Option(help="override training.rounds")] = None,
+    policy: Annotated[str | None, typer.Option(help="override scheduler.policy")] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="one JSON object per round, then a summary")
+    ] = False,
+    out: Annotated[Path | None, typer.Option(help="directory for records.jsonl and checkpoints")] = None,
+    resume: Annotated[bool, typer.Option(help="continue from the checkpoint in --out")] = False,
+) -> None:
+    """Run an experiment without a server."""
+    from collapipe_core.runner import Runner
+    from collapipe_core.sinks import FanOutSink, JsonLinesSink, MemorySink, RecordSink
+
+    config = _load(config_path, {"executor": executor, "training.rounds": rounds, "scheduler.policy": policy})
+    if resume and out is None:
+        raise _fail("--resume needs --out (the directory holding the checkpoint)")
+    sinks: list[RecordSink] = [MemorySink()]
+    if out is not None:
+        if not resume and out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(config.model_dump_json(indent=2, by_alias=True))
+    try:
+        runner = Runner(config, FanOutSink(), checkpoint_dir=out)
+        start = runner.resume() if resume else 0
+    except ValueError as err:
+        raise _fail(str(err)) from None
+    if out is not None:
+        _truncate_records(out / "records.jsonl", start)
+        sinks.append(JsonLinesSink(out / "records.jsonl"))
+    runner.sink = FanOutSink(*sinks)
+    if json_output:
+        summary = runner.run(on_round=lambda r: print(json.dumps(r.to_json()), flush=True))
+        print(json.dumps({"summary": vars(summary)}))
+    else:
+        summary = _run_with_progress(runner, config.name, start, config.training.rounds)
+        _print_summary(summary, sinks[0])
+    runner.sink.close()
+
+
+def _truncate_records(path: Path, start: int) -> None:
+    """On resume keep only the records of rounds before the checkpoint (a later one may be half-done)."""
+    if not path.exists():
+        return
+    kept = [
+        line for line in path.read_text().splitlines() if line and json.loads(line)["round"]["round"] < start
+    ]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def _run_with_progress(runner: Any, name: str, start: int, total: int) -> Any:
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+    )
+    with Progress(*columns, console=err_console) as progress:
+        task = progress.add_task(name, total=total, completed=start, status="")
+
+        def on_round(result: Any) -> None:
+            r = result.round
+            status = f"latency {r.latency_s:.3f} s"
+            if r.eval_loss is not None:
+                status += f"  eval loss {r.eval_loss:.3f}"
+            progress.update(task, advance=1, status=status)
+
+        return runner.run(on_round=on_round)
+
+
+def _print_summary(summary: Any, memory_sink: Any) -> None:
+    results = memory_sink.results
+    table = Table(title="Per round (modeled latency, real training)")
+    for column in ("round", "latency s", "makespan s", "train loss", "eval loss", "eval metric", "feasible"):
+        table.add_column(column, justify="right")
+    step = max(1, len(results) // 12)
+    for result in results[::step] + ([results[-1]] if results and (len(results) - 1) % step else []):
+        r = result.round
+        metric = ", ".join(f"{k.removeprefix('eval_')} {v:.3f}" for k, v in r.eval_metrics.items())
+        table.add_row(
+            str(r.round),
+            f"{r.latency_s:.4f}",
+            " / ".join(f"{x:.4f}" for x in r.makespan_s),
+            _fmt(r.train_loss),
+            _fmt(r.eval_loss),
+            metric or "-",
+            "yes" if r.feasible else "NO",
+        )
+    console.print(table)
+    devices = Table(title="Per device (modeled)")
+    for column in (
+        "device",
+        "profile",
+        "blocks (last)",
+        "mean energy J",
+        "budget J",
+        "peak memory MiB",
+        "capacity MiB",
+    ):
+        devices.add_column(column, justify="right")
+    last = {d.device_id: d for d in results[-1].devices} if results else {}
+    for device, energy in summary.mean_energy_j.items():
+        d = last.get(device)
+        devices.add_row(
+            device,
+            d.profile if d else "-",
+            str(d.num_blocks) if d else "-",
+            f"{energy:.4f}",
+            f"{d.energy_budget_j:.3f}" if d else "-",
+            f"{summary.peak_memory_bytes[device] / 2**20:.1f}",
+            f"{d.memory_capacity_bytes / 2**20:.0f}" if d else "-",
+        )
+    console.print(devices)
+    console.print(
+        f"rounds {summary.rounds_done}/{summary.total_rounds}   "
+        f"mean round latency {summary.mean_latency_s:.4f} s"
+        f"   infeasible rounds {summary.infeasible_rounds}   final "
+        + (", ".join(f"{k} {v:.4f}" for k, v in summary.final_eval.items()) or "(analytic: no training)")
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+@app.command()
+def schedule(
+    config_path: ConfigPath,
+    policy: Annotated[str | None, typer.Option(help="policy name or package.module:Class")] = None,
+    rounds: Annotated[int, typer.Option(help="rounds to schedule")] = 10,
+    json_output: Annotated[bool, typer.Option("--json", help="one JSON object per round")] = False,
+) -> None:
+    """Print each round's decision and its modeled latency, energy, memory and objective (no training)."""
+    from collapipe_core.api import schedule_rounds
+
+    config = _load(config_path, {"scheduler.policy": policy})
+    try:
+        rows = schedule_rounds(config, rounds)
+        for row in rows:
+            if json_output:
+                print(json.dumps(row), flush=True)
+            else:
+                console.print(
+                    f"round {row['round']:>4}  objective {row['objective']:.4f}  "
+                    f"latency {row['latency_s']:.4f} s  "
+                    f"M {[c['num_microbatches'] for c in row['decision']['clusters']]}  "
+                    f"blocks {[[d['num_blocks'] for d in c['devices']] for c in row['decision']['clusters']]}"
+                )
+    except ValueError as err:
+        raise _fail(str(err)) from None
+
+
+@config_app.command("schema")
+def config_schema() -> None:
+    """Print the JSON Schema of experiment configs."""
+    print(json.dumps(config_json_schema(), indent=2))
+
+
+@config_app.command("validate")
+def config_validate(config_path: ConfigPath) -> None:
+    """Check a config; exit 2 with every problem when it cannot run."""
+    config = _load(config_path, {})
+    console.print(
+        f"ok: {config.name} ({config.model.kind}, {config.data.dataset}, policy {config.scheduler.policy})"
+    )
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

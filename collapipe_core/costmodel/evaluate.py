@@ -1,0 +1,286 @@
+"""Latency, energy and memory of a decision for one round (the documented system model, DESIGN §2).
+
+All arrays are (N, K): cluster n, device k. Per micro-batch of b samples:
+
+- compute:   T^F_k = δ_k·b·Φ_F / F_k,  T^B_k = δ_k·b·Φ_B / F_k,  F_k = f_k · FLOPs/cycle · speed_k
+- link rate: r_k = β_k·W·log2(1 + p_k·h_k / (β_k·W·N0)); a payload of b·s·d·bytes takes 8·bytes / r_k.
+  Device k transmits its activations downstream and its input gradients upstream on its own link;
+  the CU's forward link and the edge server's gradient downlink run at fixed configured rates.
+- chain of stages of a cluster: CU → link → device → link → ... → device → link → edge server.
+  GPipe makespan (closed form, forward then backward):
+      T^pipe = Σ_i F_i + (M−1)·max_i F_i + Σ_i B_i + (M−1)·max_i B_i    over compute and link stages.
+  1F1B has no closed form here: its makespan comes from the discrete-event schedule of
+  :mod:`collapipe_core.costmodel.timeline` (it equals GPipe's only for identical compute stages joined
+  by instant links; it is shorter when stages differ and can be longer when links take time).
+- aggregation: each scheduled device sends its δ_k blocks to the CU at r_k, the CU uploads the
+  cluster's embedding and encoder at the configured uplink rate; T^agg = max_n (gather_n + upload_n).
+  The download of the averaged model is not modeled.
+- round latency: T = max_n (I · T^pipe_n) + T^agg.
+- energy of device k: E_k = κ·f_k²·cycles_k + p_k·(transmit time), cycles = FLOPs / (FLOPs/cycle).
+- memory of device k: δ_k·(weights + grads + optimizer state) + in-flight micro-batches × b × δ_k ×
+  activations per TEB + runtime overhead; in flight = M (GPipe) or min(C − i, M) (1F1B, stage i of C).
+- convergence term: G = σ² / (b · Σ_n M_n); objective = V·(T + λ·G) + Σ_k Q_k·E_k.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from collapipe_core.decision import Decision
+from collapipe_core.network import FloatArray, device_id
+
+if TYPE_CHECKING:  # state builds on the profile of this package
+    from collapipe_core.state import RoundState
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class Evaluation:
+    """Modeled figures of one round under one decision (seconds, joules, bytes, bit/s)."""
+
+    latency_s: float
+    aggregation_s: float
+    pipeline_s: FloatArray  # (N,) one iteration's makespan per cluster
+    bubble_fraction: FloatArray  # (N,) 1 − device compute time / (scheduled devices × I·T^pipe)
+    rate_bps: FloatArray  # (N, K)
+    compute_s: FloatArray  # (N, K) per round
+    comm_s: FloatArray  # (N, K) per round: pipeline transmissions + upload of the segment
+    idle_s: FloatArray  # (N, K) per round: pipeline time neither computing nor transmitting
+    energy_j: FloatArray  # (N, K)
+    memory_bytes: FloatArray  # (N, K)
+    convergence: float  # G(M)
+    objective: float
+    objective_latency: float  # V·T
+    objective_convergence: float  # V·λ·G
+    objective_energy: float  # Σ Q·E
+    violations: tuple[str, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
+
+
+def link_rate_bps(
+    bandwidth_share: FloatArray, power_w: FloatArray, gain: FloatArray, bandwidth_hz: float, noise: float
+) -> FloatArray:
+    """Shannon rate r = βW·log2(1 + p·h/(βW·N0)); 0 where β = 0 or p = 0."""
+    bw = np.asarray(bandwidth_share, dtype=np.float64) * bandwidth_hz
+    with np.errstate(divide="ignore", invalid="ignore"):
+        snr = np.where(bw > 0, power_w * gain / (bw * noise), 0.0)
+    return np.where(bw > 0, bw * np.log2(1.0 + snr), 0.0)
+
+
+def in_flight_microbatches(num_blocks: IntArray, num_microbatches: IntArray, schedule: str) -> IntArray:
+    """Micro-batches whose activations a device holds at its peak (GPipe: M; 1F1B: min(C − i, M)).
+
+    C counts the compute stages of the cluster's chain (CU, scheduled devices, edge server) and i is
+    the device's 0-based position in it (the CU is position 0).
+    """
+    micro = np.broadcast_to(num_microbatches[:, None], num_blocks.shape)
+    if schedule == "gpipe":
+        return np.asarray(micro, dtype=np.int64)
+    scheduled = num_blocks > 0
+    position = np.cumsum(scheduled, axis=1)  # 1-based among scheduled devices = chain index
+    stages = scheduled.sum(axis=1, keepdims=True) + 2
+    return np.asarray(np.minimum(stages - position, micro), dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class StageTimes:
+    """Per micro-batch times of every stage of every cluster's chain (seconds) and the link rates."""
+
+    device_forward_s: FloatArray  # (N, K)
+    device_backward_s: FloatArray  # (N, K)
+    device_send_s: FloatArray  # (N, K) one payload over the device's own link (0 when unscheduled)
+    rate_bps: FloatArray  # (N, K)
+    cu_forward_s: float
+    cu_backward_s: float
+    edge_forward_s: float
+    edge_backward_s: float
+    cu_link_s: float  # CU → first device (activations)
+    edge_link_s: float  # edge server → last device (gradients)
+
+
+def stage_times(state: RoundState, decision: Decision) -> StageTimes:
+    sc, prof, b = state.scenario, state.profile, state.settings.microbatch_size
+    delta = decision.num_blocks()
+    sched = delta > 0
+    flops_per_s = sc.flops_per_s * state.speed_factor
+    rate = link_rate_bps(
+        decision.bandwidth_share(), decision.power_w(), state.gain, sc.bandwidth_hz, sc.noise_density_w_per_hz
+    )
+    payload_bits = 8.0 * b * prof.payload_bytes
+    with np.errstate(divide="ignore"):
+        send = np.where(sched, payload_bits / np.where(rate > 0, rate, 0.0), 0.0)
+    return StageTimes(
+        device_forward_s=delta * b * prof.block_forward_flops / flops_per_s,
+        device_backward_s=delta * b * prof.block_backward_flops / flops_per_s,
+        device_send_s=send,
+        rate_bps=rate,
+        cu_forward_s=b * prof.embedding_forward_flops / sc.cu_flops_per_s,
+        cu_backward_s=b * prof.embedding_backward_flops / sc.cu_flops_per_s,
+        edge_forward_s=b * prof.head_forward_flops / sc.edge_flops_per_s,
+        edge_backward_s=b * prof.head_backward_flops / sc.edge_flops_per_s,
+        cu_link_s=payload_bits / sc.cu_link_rate_bps,
+        edge_link_s=payload_bits / sc.edge_downlink_rate_bps,
+    )
+
+
+def evaluate(state: RoundState, decision: Decision) -> Evaluation:
+    """Model the round: latency, energy, memory per device, the objective and every violated constraint."""
+    if decision.mode == "replicated":
+        from collapipe_core.costmodel.replicated import evaluate_replicated
+
+        return evaluate_replicated(state, decision)
+    sc, prof, st = state.scenario, state.profile, state.settings
+    delta = decision.num_blocks()
+    beta = decision.bandwidth_share()
+    power = decision.power_w()
+    micro = decision.num_microbatches()
+    _check_shape(state, delta)
+    b, iters = st.microbatch_size, st.local_iterations
+    sched = delta > 0
+    scheduled_count = sched.sum(axis=1)
+    times = stage_times(state, decision)
+    t_fwd, t_bwd, t_tx, rate = (
+        times.device_forward_s,
+        times.device_backward_s,
+        times.device_send_s,
+        times.rate_bps,
+    )
+    cu_f, cu_b, edge_f, edge_b = (
+        times.cu_forward_s,
+        times.cu_backward_s,
+        times.edge_forward_s,
+        times.edge_backward_s,
+    )
+    cu_link, edge_link = times.cu_link_s, times.edge_link_s
+
+    masked = np.where(sched, 1.0, 0.0)
+    sum_f = cu_f + cu_link + ((t_fwd + t_tx) * masked).sum(axis=1) + edge_f
+    sum_b = edge_b + edge_link + ((t_bwd + t_tx) * masked).sum(axis=1) + cu_b
+    max_dev_f = np.max(np.where(sched, np.maximum(t_fwd, t_tx), 0.0), axis=1)
+    max_dev_b = np.max(np.where(sched, np.maximum(t_bwd, t_tx), 0.0), axis=1)
+    max_f = np.maximum(max_dev_f, max(cu_f, cu_link, edge_f))
+    max_b = np.maximum(max_dev_b, max(cu_b, edge_link, edge_b))
+    pipeline = sum_f + (micro - 1) * max_f + sum_b + (micro - 1) * max_b
+    if st.schedule == "1f1b":  # no closed form: the discrete-event schedule gives the makespan
+        from collapipe_core.costmodel.chain import cluster_timeline
+
+        pipeline = np.array(
+            [cluster_timeline(state, decision, n, times).makespan_s for n in range(len(micro))]
+        )
+
+    # -- aggregation ------------------------------------------------------------------------------
+    block_bits = 8.0 * prof.block_params * prof.bytes_per_element
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_gather = np.where(sched, delta * block_bits / rate, 0.0)
+    upload = 8.0 * prof.bytes_per_element * (prof.embedding_params + prof.encoder_params)
+    aggregation = float(np.max(t_gather.max(axis=1) + upload / sc.cu_uplink_rate_bps))
+    latency = float(np.max(iters * pipeline)) + aggregation
+
+    # -- per device, per round --------------------------------------------------------------------
+    per_round = iters * micro[:, None]
+    compute = per_round * (t_fwd + t_bwd)
+    transmit = per_round * 2.0 * t_tx
+    comm = transmit + t_gather
+    idle = np.where(sched, np.maximum(iters * pipeline[:, None] - compute - transmit, 0.0), 0.0)
+    flops = per_round * delta * b * (prof.block_forward_flops + prof.block_backward_flops)
+    cycles = flops / sc.flops_per_cycle
+    energy = sc.kappa * sc.cpu_hz**2 * cycles + power * np.where(sched, comm, 0.0)
+    in_flight = in_flight_microbatches(delta, micro, st.schedule)
+    memory = np.where(
+        sched,
+        delta * prof.block_state_bytes
+        + in_flight * b * delta * prof.block_activation_bytes
+        + sc.runtime_overhead_bytes,
+        0.0,
+    )
+    with np.errstate(invalid="ignore"):
+        busy_fraction = compute.sum(axis=1) / (scheduled_count * iters * pipeline)
+    bubble = np.where(scheduled_count > 0, 1.0 - busy_fraction, 1.0)
+
+    # -- objective ---------------------------------------------------------------------------------
+    convergence = st.gradient_variance / (b * float(micro.sum()))
+    obj_latency = st.V * latency
+    obj_convergence = st.V * st.lambda_ * convergence
+    obj_energy = float(np.sum(state.queues * energy))
+    return Evaluation(
+        latency_s=latency,
+        aggregation_s=aggregation,
+        pipeline_s=pipeline,
+        bubble_fraction=bubble,
+        rate_bps=rate,
+        compute_s=compute,
+        comm_s=comm,
+        idle_s=idle,
+        energy_j=energy,
+        memory_bytes=memory,
+        convergence=convergence,
+        objective=obj_latency + obj_convergence + obj_energy,
+        objective_latency=obj_latency,
+        objective_convergence=obj_convergence,
+        objective_energy=obj_energy,
+        violations=tuple(_violations(state, delta, beta, power, micro, rate, memory)),
+    )
+
+
+def _check_shape(state: RoundState, delta: IntArray) -> None:
+    if delta.shape != state.scenario.shape:
+        raise ValueError(
+            f"decision covers {delta.shape[0]}×{delta.shape[1] if delta.ndim > 1 else 0} devices, "
+            f"the network has {state.scenario.shape[0]}×{state.scenario.shape[1]}"
+        )
+
+
+def _violations(
+    state: RoundState,
+    delta: IntArray,
+    beta: FloatArray,
+    power: FloatArray,
+    micro: IntArray,
+    rate: FloatArray,
+    memory: FloatArray,
+) -> list[str]:
+    """Every violated constraint, each naming the device or cluster and the amounts."""
+    sc, st = state.scenario, state.settings
+    problems: list[str] = []
+    blocks = state.profile.num_blocks
+    for n in range(sc.num_clusters):
+        if int(delta[n].sum()) != blocks:
+            problems.append(
+                f"cluster {n}: segments hold {int(delta[n].sum())} blocks, the encoder has {blocks}"
+            )
+        if beta[n].sum() > 1.0 + 1e-9:
+            problems.append(f"cluster {n}: bandwidth shares sum to {beta[n].sum():.6g} > 1")
+        if not 1 <= micro[n] <= st.microbatch_limit:
+            problems.append(f"cluster {n}: {int(micro[n])} micro-batches, allowed 1..{st.microbatch_limit}")
+    bad = np.argwhere(
+        (delta < 0)
+        | (beta < 0)
+        | (power < 0)
+        | (power > sc.max_power_w * (1 + 1e-9))
+        | ((delta > 0) & (rate <= 0))
+        | ((delta > 0) & ~state.available)
+        | (memory > sc.memory_bytes)
+    )
+    for n, k in bad:
+        name = device_id(int(n), int(k))
+        if delta[n, k] < 0 or beta[n, k] < 0 or power[n, k] < 0:
+            problems.append(f"{name}: negative blocks, bandwidth share or power")
+        if power[n, k] > sc.max_power_w[n, k] * (1 + 1e-9):
+            problems.append(f"{name}: power {power[n, k]:.4g} W exceeds p_max {sc.max_power_w[n, k]:.4g} W")
+        if delta[n, k] > 0 and rate[n, k] <= 0:
+            problems.append(f"{name}: holds {int(delta[n, k])} blocks but has no bandwidth or power")
+        if delta[n, k] > 0 and not state.available[n, k]:
+            problems.append(f"{name}: unavailable this round but holds {int(delta[n, k])} blocks")
+        if memory[n, k] > sc.memory_bytes[n, k]:
+            problems.append(
+                f"{name}: needs {memory[n, k] / 2**20:.1f} MiB, has {sc.memory_bytes[n, k] / 2**20:.1f} MiB"
+            )
+    return problems

@@ -1,0 +1,126 @@
+"""A scheduling decision for one round: per cluster M; per device δ (TEBs), β (bandwidth share), p (W).
+
+Decisions serialise to and from plain JSON in the shape the CLI prints and the API stores::
+
+    {"clusters": [{"cluster": 0, "num_microbatches": 4,
+                   "devices": [{"device": "c0-d0", "num_blocks": 2, "bandwidth_share": 0.25,
+                                "power_w": 0.2}, ...]}, ...]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from collapipe_core.network import device_id
+
+
+@dataclass(frozen=True)
+class ClusterDecision:
+    num_microbatches: int
+    num_blocks: tuple[int, ...]  # δ_k in device order; the segments are contiguous in that order
+    bandwidth_share: tuple[float, ...]  # β_k, Σ ≤ 1
+    power_w: tuple[float, ...]  # p_k ∈ [0, p_max]
+
+
+@dataclass(frozen=True)
+class Decision:
+    clusters: tuple[ClusterDecision, ...]
+    solver_iterations: int = 0  # block-coordinate descent passes (0 for rule-based policies)
+    # "pipeline": segments δ cut the encoder (Σδ = L); "replicated": the `fl` baseline, every device
+    # with δ_k = L holds the whole encoder and trains on an equal share of the cluster's batch.
+    mode: Literal["pipeline", "replicated"] = "pipeline"
+
+    # -- array views, (N, K) --------------------------------------------------------------------
+    def num_blocks(self) -> npt.NDArray[np.int64]:
+        return np.array([c.num_blocks for c in self.clusters], dtype=np.int64)
+
+    def bandwidth_share(self) -> npt.NDArray[np.float64]:
+        return np.array([c.bandwidth_share for c in self.clusters], dtype=np.float64)
+
+    def power_w(self) -> npt.NDArray[np.float64]:
+        return np.array([c.power_w for c in self.clusters], dtype=np.float64)
+
+    def num_microbatches(self) -> npt.NDArray[np.int64]:
+        return np.array([c.num_microbatches for c in self.clusters], dtype=np.int64)
+
+    @staticmethod
+    def from_arrays(
+        num_blocks: npt.ArrayLike,
+        bandwidth_share: npt.ArrayLike,
+        power_w: npt.ArrayLike,
+        num_microbatches: npt.ArrayLike,
+        solver_iterations: int = 0,
+        mode: Literal["pipeline", "replicated"] = "pipeline",
+    ) -> Decision:
+        delta = np.asarray(num_blocks, dtype=np.int64)
+        beta = np.asarray(bandwidth_share, dtype=np.float64)
+        power = np.asarray(power_w, dtype=np.float64)
+        micro = np.broadcast_to(np.asarray(num_microbatches, dtype=np.int64), (delta.shape[0],))
+        return Decision(
+            clusters=tuple(
+                ClusterDecision(
+                    num_microbatches=int(micro[n]),
+                    num_blocks=tuple(int(x) for x in delta[n]),
+                    bandwidth_share=tuple(float(x) for x in beta[n]),
+                    power_w=tuple(float(x) for x in power[n]),
+                )
+                for n in range(delta.shape[0])
+            ),
+            solver_iterations=solver_iterations,
+            mode=mode,
+        )
+
+    # -- JSON ---------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clusters": [
+                {
+                    "cluster": n,
+                    "num_microbatches": c.num_microbatches,
+                    "devices": [
+                        {
+                            "device": device_id(n, k),
+                            "num_blocks": c.num_blocks[k],
+                            "bandwidth_share": c.bandwidth_share[k],
+                            "power_w": c.power_w[k],
+                        }
+                        for k in range(len(c.num_blocks))
+                    ],
+                }
+                for n, c in enumerate(self.clusters)
+            ],
+            "solver_iterations": self.solver_iterations,
+            "mode": self.mode,
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Decision:
+        """Parse the JSON shape above; raises ValueError naming the path of a malformed entry."""
+        try:
+            clusters: Sequence[Mapping[str, Any]] = data["clusters"]
+            parsed = []
+            for i, c in enumerate(clusters):
+                devices = c["devices"]
+                parsed.append(
+                    ClusterDecision(
+                        num_microbatches=int(c["num_microbatches"]),
+                        num_blocks=tuple(int(d["num_blocks"]) for d in devices),
+                        bandwidth_share=tuple(float(d["bandwidth_share"]) for d in devices),
+                        power_w=tuple(float(d["power_w"]) for d in devices),
+                    )
+                )
+                if not devices:
+                    raise ValueError(f"clusters[{i}].devices is empty")
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"malformed decision JSON: missing or wrong field {err}") from None
+        mode = data.get("mode", "pipeline")
+        if mode not in ("pipeline", "replicated"):
+            raise ValueError(f"decision mode must be 'pipeline' or 'replicated', got {mode!r}")
+        return Decision(
+            clusters=tuple(parsed), solver_iterations=int(data.get("solver_iterations", 0)), mode=mode
+        )

@@ -1,0 +1,50 @@
+"""Metric names and units, defined once. The API, the database and the dashboard use them unchanged.
+
+Units: seconds (s), joules (J), bytes, watts (W), hertz (Hz), bits per second (bit/s); "1" for ratios
+and counts. ``modeled`` says whether the figure comes from the cost model (true) or from training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    scope: str  # "round" or "device"
+    modeled: bool
+    description: str
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("latency_s", "s", "round", True, "round latency T = max_n I·T^pipe_n + T^agg"),
+    Metric("aggregation_s", "s", "round", True, "FedAvg gather and upload time T^agg"),
+    Metric("objective", "1", "round", True, "drift-plus-penalty V·(T + λ·G) + Σ Q·E"),
+    Metric("objective_latency", "1", "round", True, "V·T"),
+    Metric("objective_convergence", "1", "round", True, "V·λ·G(M)"),
+    Metric("objective_energy", "1", "round", True, "Σ_k Q_k·E_k"),
+    Metric("convergence", "1", "round", True, "G(M) = σ²/(b·Σ_n M_n)"),
+    Metric("makespan_s", "s", "round", True, "per cluster: one pipeline iteration's makespan"),
+    Metric("bubble_fraction", "1", "round", True, "per cluster: idle share of scheduled devices"),
+    Metric("solve_time_s", "s", "round", False, "wall time of the policy's decision"),
+    Metric("train_loss", "1", "round", False, "mean training loss over clusters (data-size weighted)"),
+    Metric("eval_loss", "1", "round", False, "loss on the held-out set after FedAvg"),
+    Metric("eval_accuracy", "1", "round", False, "token (seq2seq) or label (classifier) accuracy"),
+    Metric("eval_error_rate", "1", "round", False, "seq2seq: phoneme/token error rate of greedy decoding"),
+    Metric("num_blocks", "1", "device", False, "δ_k: TEBs held by the device"),
+    Metric("bandwidth_share", "1", "device", False, "β_k"),
+    Metric("power_w", "W", "device", False, "p_k: transmit power"),
+    Metric("rate_bps", "bit/s", "device", True, "r_k: link rate"),
+    Metric("compute_s", "s", "device", True, "computing time in the round"),
+    Metric("comm_s", "s", "device", True, "transmitting time in the round (pipeline and upload)"),
+    Metric("idle_s", "s", "device", True, "pipeline time neither computing nor transmitting"),
+    Metric("energy_j", "J", "device", True, "E_k = κ·f²·cycles + p·transmit time"),
+    Metric("queue", "1", "device", True, "virtual energy queue Q_k(t) before the round's update"),
+    Metric("memory_bytes", "bytes", "device", True, "modeled peak memory"),
+    Metric("memory_capacity_bytes", "bytes", "device", False, "the device's memory"),
+    Metric("energy_budget_j", "J", "device", False, "Ē_k: long-term average energy per round"),
+)
+
+METRICS_BY_NAME = {m.name: m for m in METRICS}

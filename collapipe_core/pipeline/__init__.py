@@ -1,0 +1,1 @@
+"""Pipeline parallelism: cutting a model into stages and running micro-batches through them."""

@@ -1,0 +1,46 @@
+"""The executor interface and the ``analytic`` executor.
+
+An executor carries out one round's decision. ``analytic`` trains nothing: the cost model's figures
+are the round. ``simulated`` (:mod:`collapipe_core.pipeline.simulated`) also trains the real split
+model. Both report through the same :class:`TrainingOutcome`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from collapipe_core.decision import Decision
+from collapipe_core.state import RoundState
+
+
+@dataclass(frozen=True)
+class TrainingOutcome:
+    train_loss: float | None = None
+    eval_loss: float | None = None
+    eval_metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Executor(Protocol):
+    name: str
+
+    def execute(self, state: RoundState, decision: Decision) -> TrainingOutcome: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class AnalyticExecutor:
+    """No training: timing, energy and memory come from the cost model alone."""
+
+    name = "analytic"
+
+    def execute(self, state: RoundState, decision: Decision) -> TrainingOutcome:
+        return TrainingOutcome()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

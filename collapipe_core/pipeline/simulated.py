@@ -1,0 +1,98 @@
+"""The ``simulated`` executor: trains the real split model in one process, exactly as the pipeline would.
+
+Per round and cluster n: load the global weights, cut the model by the cluster's segments δ, and run I
+local iterations; each iteration draws M·b samples of the cluster's shard (seeded by run seed, round,
+cluster and iteration), pushes M micro-batches of b through the stages (CU embedding → device
+segments → edge head) accumulating gradients, and takes one optimizer step. The clusters' models are
+then averaged with FedAvg weighted by data size and evaluated on the held-out set. Each cluster keeps
+its own optimizer state across rounds. Timings, energy and memory are the cost model's.
+
+The ``fl`` baseline's decisions (mode "replicated", data parallel inside a cluster) compute the same
+gradient (the mean over the same M·b samples), so they train through the same path.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import torch
+
+from collapipe_core.config import ExperimentConfig
+from collapipe_core.data import PAD_ID, DatasetBundle, batch_indices
+from collapipe_core.decision import Decision
+from collapipe_core.federated.fedavg import fedavg
+from collapipe_core.models import EncoderStackModel, build_model, loss_fn_for
+from collapipe_core.pipeline.executor import TrainingOutcome
+from collapipe_core.pipeline.quality import evaluate_model
+from collapipe_core.pipeline.split import accumulate_microbatches, split_model
+from collapipe_core.state import RoundState
+
+
+def make_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    t = config.training
+    if t.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    momentum = 0.9 if t.optimizer == "momentum" else 0.0
+    return torch.optim.SGD(model.parameters(), lr=t.lr, momentum=momentum, weight_decay=t.weight_decay)
+
+
+def _seed(*words: int) -> int:
+    return int(np.random.SeedSequence(list(words)).generate_state(1)[0])
+
+
+class SimulatedExecutor:
+    name = "simulated"
+
+    def __init__(self, config: ExperimentConfig, bundle: DatasetBundle) -> None:
+        self.config = config
+        self.bundle = bundle
+        self.model: EncoderStackModel = build_model(
+            config.model, bundle.src_vocab_size, bundle.tgt_vocab_size, config.seed
+        )
+        self.loss_fn = loss_fn_for(config.model.kind)
+        self.global_state = copy.deepcopy(self.model.state_dict())
+        self.optimizer_states: list[dict[str, Any] | None] = [None] * len(bundle.shards)
+
+    def execute(self, state: RoundState, decision: Decision) -> TrainingOutcome:
+        t, b = state.round_index, state.settings.microbatch_size
+        cluster_states, losses = [], []
+        for n, (shard, cluster) in enumerate(zip(self.bundle.shards, decision.clusters, strict=True)):
+            torch.manual_seed(_seed(self.config.seed, t, n, 0xD0))  # dropout stream, resumable
+            self.model.load_state_dict(self.global_state)
+            optimizer = make_optimizer(self.config, self.model)
+            saved = self.optimizer_states[n]
+            if saved is not None:
+                optimizer.load_state_dict(saved)
+            blocks = (
+                cluster.num_blocks if decision.mode == "pipeline" else [self.config.model.num_encoder_blocks]
+            )
+            stages = split_model(self.model, blocks)
+            self.model.train()
+            cluster_loss = 0.0
+            for it in range(state.settings.local_iterations):
+                idx = batch_indices(len(shard), cluster.num_microbatches * b, (self.config.seed, t, n, it))
+                src, tgt = shard.src[idx], shard.tgt[idx]
+                optimizer.zero_grad(set_to_none=True)
+                cluster_loss += accumulate_microbatches(
+                    stages, self.loss_fn, src, src != PAD_ID, tgt, cluster.num_microbatches
+                )
+                optimizer.step()
+            losses.append(cluster_loss / state.settings.local_iterations)
+            cluster_states.append(copy.deepcopy(self.model.state_dict()))
+            self.optimizer_states[n] = copy.deepcopy(optimizer.state_dict())
+        sizes = [len(shard) for shard in self.bundle.shards]
+        self.global_state = fedavg(cluster_states, sizes)
+        self.model.load_state_dict(self.global_state)
+        eval_loss, metrics = evaluate_model(self.model, self.bundle.eval)
+        train_loss = float(np.average(losses, weights=sizes))
+        return TrainingOutcome(train_loss=train_loss, eval_loss=eval_loss, eval_metrics=metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"global_state": self.global_state, "optimizer_states": self.optimizer_states}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.global_state = state["global_state"]
+        self.optimizer_states = list(state["optimizer_states"])
+        self.model.load_state_dict(self.global_state)

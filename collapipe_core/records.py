@@ -1,0 +1,82 @@
+"""Typed records a run emits, one ``RoundRecord`` and one ``DeviceRecord`` per device each round.
+
+They are plain frozen dataclasses of JSON-ready values; ``to_json`` gives the dict the JSON-lines sink
+writes and the service will store. Units are those of :mod:`collapipe_core.metrics`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    round: int
+    cluster: int
+    device: int
+    device_id: str
+    profile: str
+    num_blocks: int
+    block_start: int  # first TEB index held (block_end exclusive); equal when num_blocks = 0
+    block_end: int
+    bandwidth_share: float
+    power_w: float
+    rate_bps: float
+    compute_s: float
+    comm_s: float
+    idle_s: float
+    energy_j: float
+    queue: float  # Q_k(t) the decision saw
+    memory_bytes: float
+    memory_capacity_bytes: float
+    energy_budget_j: float
+    available: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    round: int
+    policy: str
+    latency_s: float
+    aggregation_s: float
+    objective: float
+    objective_latency: float
+    objective_convergence: float
+    objective_energy: float
+    convergence: float
+    num_microbatches: list[int]  # per cluster
+    makespan_s: list[float]  # per cluster, one iteration
+    bubble_fraction: list[float]  # per cluster
+    solve_time_s: float
+    solver_iterations: int
+    feasible: bool
+    violations: list[str]
+    train_loss: float | None = None
+    eval_loss: float | None = None
+    eval_metrics: dict[str, float] = field(default_factory=dict)
+    decision: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """Everything one round produced: the round record and a record per device."""
+
+    round: RoundRecord
+    devices: tuple[DeviceRecord, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"round": self.round.to_json(), "devices": [d.to_json() for d in self.devices]}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> RoundResult:
+        return RoundResult(
+            round=RoundRecord(**data["round"]),
+            devices=tuple(DeviceRecord(**d) for d in data["devices"]),
+        )

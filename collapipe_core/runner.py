@@ -1,0 +1,246 @@
+"""The rounds loop: observe → decide → execute (train) → aggregate → evaluate → emit → checkpoint.
+
+``Runner`` is what the CLI, the local service runner and the Celery task all call. Each finished
+round is sent to the sink and then checkpointed, so a crash loses no reported round; a round that
+was reported but not checkpointed is re-run on resume and re-reported with identical content (every
+random draw is derived from the seed and the round index), which the service's unique keys absorb.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from collapipe_core.checkpoint import config_fingerprint, load_checkpoint, save_checkpoint
+from collapipe_core.config import ExperimentConfig
+from collapipe_core.costmodel import Evaluation, evaluate
+from collapipe_core.decision import Decision
+from collapipe_core.network import FloatArray, device_id
+from collapipe_core.pipeline.executor import AnalyticExecutor, Executor, TrainingOutcome
+from collapipe_core.pipeline.split import plan_segments
+from collapipe_core.records import DeviceRecord, RoundRecord, RoundResult
+from collapipe_core.scheduler import get_policy
+from collapipe_core.sinks import RecordSink
+from collapipe_core.state import Environment, RoundState, build_environment, observe, update_queues
+
+
+@dataclass
+class RunSummary:
+    rounds_done: int
+    total_rounds: int
+    stopped_early: bool
+    mean_latency_s: float = 0.0
+    total_latency_s: float = 0.0
+    mean_energy_j: dict[str, float] = field(default_factory=dict)  # per device, per round
+    peak_memory_bytes: dict[str, float] = field(default_factory=dict)
+    final_eval: dict[str, float] = field(default_factory=dict)
+    infeasible_rounds: int = 0
+
+
+def make_executor(config: ExperimentConfig) -> tuple[Executor, Environment]:
+    """The configured executor and the environment it runs in (vocabularies come from the data)."""
+    from collapipe_core.data import load_dataset, vocab_sizes
+
+    if config.executor == "simulated":
+        from collapipe_core.pipeline.simulated import SimulatedExecutor
+
+        bundle = load_dataset(config)
+        env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size)
+        return SimulatedExecutor(config, bundle), env
+    src_vocab, tgt_size = vocab_sizes(config)
+    return AnalyticExecutor(), build_environment(config, src_vocab, tgt_size)
+
+
+class Runner:
+    def __init__(
+        self,
+        config: ExperimentConfig,
+        sink: RecordSink,
+        checkpoint_dir: str | Path | None = None,
+    ) -> None:
+        self.config = config
+        self.sink = sink
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.policy = get_policy(config.scheduler.policy)
+        self.executor, self.env = make_executor(config)
+        shape = self.env.scenario.shape
+        self.queues: FloatArray = np.zeros(shape)
+        self.next_round = 0
+        self._summary_acc = _SummaryAccumulator(self.env)
+
+    def resume(self) -> int:
+        """Load the checkpoint if there is one; returns the round the run continues at."""
+        if self.checkpoint_dir is None:
+            return 0
+        payload = load_checkpoint(self.checkpoint_dir)
+        if payload is None:
+            return 0
+        if payload["config_fingerprint"] != config_fingerprint(self.config):
+            raise ValueError(
+                f"{self.checkpoint_dir}: the checkpoint was written by a different config "
+                "(only training.rounds may change on resume); use another output directory"
+            )
+        self.next_round = int(payload["next_round"])
+        self.queues = np.asarray(payload["queues"], dtype=np.float64)
+        self.executor.load_state_dict(payload["executor"])
+        self._summary_acc.load(payload["summary"])
+        return self.next_round
+
+    def run(
+        self,
+        max_rounds: int | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+        on_round: Callable[[RoundResult], None] | None = None,
+    ) -> RunSummary:
+        """Run until the configured rounds are done, ``max_rounds`` more are done, or ``should_stop()``."""
+        total = self.config.training.rounds
+        end = total if max_rounds is None else min(total, self.next_round + max_rounds)
+        stopped = False
+        while self.next_round < end:
+            result = self.run_round(self.next_round)
+            self.sink.write_round(result)
+            self.next_round += 1
+            self._checkpoint()
+            if on_round is not None:
+                on_round(result)
+            if should_stop() and self.next_round < end:
+                stopped = True
+                break
+        return self._summary_acc.summary(self.next_round, total, stopped or self.next_round < total)
+
+    def run_round(self, t: int) -> RoundResult:
+        state = observe(self.env, t, self.queues)
+        started = time.perf_counter()
+        decision = self.policy.decide(state)
+        solve_time = time.perf_counter() - started
+        ev = evaluate(state, decision)
+        outcome = self.executor.execute(state, decision)
+        result = build_result(state, decision, ev, outcome, self.policy.name, solve_time)
+        self.queues = update_queues(self.queues, ev.energy_j, self.env.scenario.energy_budget_j)
+        self._summary_acc.add(result, ev)
+        return result
+
+    def _checkpoint(self) -> None:
+        if self.checkpoint_dir is None:
+            return
+        save_checkpoint(
+            self.checkpoint_dir,
+            {
+                "next_round": self.next_round,
+                "queues": self.queues,
+                "executor": self.executor.state_dict(),
+                "config_fingerprint": config_fingerprint(self.config),
+                "summary": self._summary_acc.dump(),
+            },
+        )
+
+
+def build_result(
+    state: RoundState,
+    decision: Decision,
+    ev: Evaluation,
+    outcome: TrainingOutcome,
+    policy_name: str,
+    solve_time_s: float,
+) -> RoundResult:
+    """Turn a round's decision, modeled figures and training outcome into records."""
+    sc = state.scenario
+    devices = []
+    for n, cluster in enumerate(decision.clusters):
+        ranges = plan_segments(cluster.num_blocks) if decision.mode == "pipeline" else None
+        for k in range(sc.devices_per_cluster):
+            block_range = ranges[k] if ranges is not None else range(0, cluster.num_blocks[k])
+            devices.append(
+                DeviceRecord(
+                    round=state.round_index,
+                    cluster=n,
+                    device=k,
+                    device_id=device_id(n, k),
+                    profile=sc.profile_names[n * sc.devices_per_cluster + k],
+                    num_blocks=cluster.num_blocks[k],
+                    block_start=block_range.start,
+                    block_end=block_range.stop,
+                    bandwidth_share=cluster.bandwidth_share[k],
+                    power_w=cluster.power_w[k],
+                    rate_bps=float(ev.rate_bps[n, k]),
+                    compute_s=float(ev.compute_s[n, k]),
+                    comm_s=float(ev.comm_s[n, k]),
+                    idle_s=float(ev.idle_s[n, k]),
+                    energy_j=float(ev.energy_j[n, k]),
+                    queue=float(state.queues[n, k]),
+                    memory_bytes=float(ev.memory_bytes[n, k]),
+                    memory_capacity_bytes=float(sc.memory_bytes[n, k]),
+                    energy_budget_j=float(sc.energy_budget_j[n, k]),
+                    available=bool(state.available[n, k]),
+                )
+            )
+    record = RoundRecord(
+        round=state.round_index,
+        policy=policy_name,
+        latency_s=ev.latency_s,
+        aggregation_s=ev.aggregation_s,
+        objective=ev.objective,
+        objective_latency=ev.objective_latency,
+        objective_convergence=ev.objective_convergence,
+        objective_energy=ev.objective_energy,
+        convergence=ev.convergence,
+        num_microbatches=[c.num_microbatches for c in decision.clusters],
+        makespan_s=[float(x) for x in ev.pipeline_s],
+        bubble_fraction=[float(x) for x in ev.bubble_fraction],
+        solve_time_s=solve_time_s,
+        solver_iterations=decision.solver_iterations,
+        feasible=ev.feasible,
+        violations=list(ev.violations),
+        train_loss=outcome.train_loss,
+        eval_loss=outcome.eval_loss,
+        eval_metrics=dict(outcome.eval_metrics),
+        decision=decision.to_json(),
+    )
+    return RoundResult(round=record, devices=tuple(devices))
+
+
+class _SummaryAccumulator:
+    """Running totals for the end-of-run summary; checkpointed with the run."""
+
+    def __init__(self, env: Environment) -> None:
+        self.ids = env.scenario.device_ids()
+        shape = env.scenario.shape
+        self.rounds = 0
+        self.latency = 0.0
+        self.energy = np.zeros(shape)
+        self.peak_memory = np.zeros(shape)
+        self.infeasible = 0
+        self.final_eval: dict[str, float] = {}
+
+    def add(self, result: RoundResult, ev: Evaluation) -> None:
+        self.rounds += 1
+        self.latency += ev.latency_s
+        self.energy += ev.energy_j
+        self.peak_memory = np.maximum(self.peak_memory, ev.memory_bytes)
+        self.infeasible += 0 if ev.feasible else 1
+        if result.round.eval_loss is not None:
+            self.final_eval = {"eval_loss": result.round.eval_loss, **result.round.eval_metrics}
+
+    def dump(self) -> dict[str, object]:
+        return dict(vars(self))
+
+    def load(self, data: dict[str, object]) -> None:
+        vars(self).update(data)
+
+    def summary(self, rounds_done: int, total: int, stopped: bool) -> RunSummary:
+        count = max(self.rounds, 1)
+        return RunSummary(
+            rounds_done=rounds_done,
+            total_rounds=total,
+            stopped_early=stopped,
+            mean_latency_s=self.latency / count,
+            total_latency_s=self.latency,
+            mean_energy_j={i: float(e) / count for i, e in zip(self.ids, self.energy.ravel(), strict=True)},
+            peak_memory_bytes={i: float(m) for i, m in zip(self.ids, self.peak_memory.ravel(), strict=True)},
+            final_eval=dict(self.final_eval),
+            infeasible_rounds=self.infeasible,
+        )

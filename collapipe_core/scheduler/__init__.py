@@ -1,0 +1,6 @@
+"""Schedulers: the policy interface, the registry, DSSDA and the baselines."""
+
+from collapipe_core.scheduler import baselines as _baselines  # noqa: F401  (registers built-ins)
+from collapipe_core.scheduler.base import Policy, UnknownPolicyError, get_policy, policy_names, register
+
+__all__ = ["Policy", "UnknownPolicyError", "get_policy", "policy_names", "register"]

@@ -1,0 +1,133 @@
+"""What a policy observes at the start of a round, and the static context it is built from.
+
+``Environment`` is built once per run (devices, model costs, trace, settings); ``RoundState`` adds the
+round's channel gains, device conditions and the Lyapunov virtual queues Q_k(t).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from collapipe_core.config import ExperimentConfig
+from collapipe_core.costmodel.profile import ModelProfile, build_profile
+from collapipe_core.network import (
+    BoolArray,
+    DeviceTrace,
+    FloatArray,
+    Scenario,
+    build_scenario,
+    channel_gains,
+    load_trace,
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The training and scheduling constants a policy and the cost model need."""
+
+    microbatch_size: int  # b
+    local_iterations: int  # I
+    schedule: Literal["gpipe", "1f1b"]
+    V: float
+    lambda_: float
+    gradient_variance: float  # σ²
+    num_microbatches: int  # M of fixed-M baselines
+    max_microbatches: int
+    samples_per_cluster: int
+    segments: tuple[int, ...] | None
+    seed: int
+
+    @staticmethod
+    def from_config(config: ExperimentConfig) -> Settings:
+        t, s = config.training, config.scheduler
+        return Settings(
+            microbatch_size=t.microbatch_size,
+            local_iterations=t.local_iterations,
+            schedule=t.schedule,
+            V=s.V,
+            lambda_=s.lambda_,
+            gradient_variance=s.gradient_variance,
+            num_microbatches=s.num_microbatches,
+            max_microbatches=s.max_microbatches,
+            samples_per_cluster=config.data.samples_per_cluster,
+            segments=tuple(s.segments) if s.segments is not None else None,
+            seed=config.seed,
+        )
+
+    @property
+    def microbatch_limit(self) -> int:
+        """Largest M: the config's cap, and M·b must not exceed a cluster's data."""
+        return max(1, min(self.max_microbatches, self.samples_per_cluster // self.microbatch_size))
+
+
+@dataclass(frozen=True, eq=False)
+class Environment:
+    scenario: Scenario
+    profile: ModelProfile
+    settings: Settings
+    trace: DeviceTrace | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RoundState:
+    round_index: int
+    env: Environment
+    gain: FloatArray  # h, (N, K)
+    available: BoolArray  # (N, K)
+    speed_factor: FloatArray  # (N, K), multiplies FLOP/s
+    queues: FloatArray  # Q_k(t), (N, K), ≥ 0
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.env.scenario
+
+    @property
+    def profile(self) -> ModelProfile:
+        return self.env.profile
+
+    @property
+    def settings(self) -> Settings:
+        return self.env.settings
+
+
+def build_environment(config: ExperimentConfig, src_vocab: int, tgt_size: int) -> Environment:
+    scenario = build_scenario(config)
+    trace = None
+    if config.network.trace_file:
+        trace = load_trace(config.network.trace_file, scenario.num_clusters, scenario.devices_per_cluster)
+    return Environment(
+        scenario=scenario,
+        profile=build_profile(config, src_vocab, tgt_size),
+        settings=Settings.from_config(config),
+        trace=trace,
+    )
+
+
+def observe(env: Environment, round_index: int, queues: FloatArray | None = None) -> RoundState:
+    """The state of round ``round_index``: identical for every policy given the same environment."""
+    shape = env.scenario.shape
+    if env.trace is not None:
+        speed, available = env.trace.at(round_index)
+    else:
+        speed, available = np.ones(shape), np.ones(shape, dtype=bool)
+    q = np.zeros(shape) if queues is None else np.asarray(queues, dtype=np.float64)
+    if q.shape != shape:
+        raise ValueError(f"queues have shape {q.shape}, the network is {shape}")
+    if np.any(q < 0):
+        raise ValueError("virtual queues must be non-negative")
+    return RoundState(
+        round_index=round_index,
+        env=env,
+        gain=channel_gains(env.scenario, round_index),
+        available=available,
+        speed_factor=speed,
+        queues=q,
+    )
+
+
+def update_queues(queues: FloatArray, energy_j: FloatArray, budget_j: FloatArray) -> FloatArray:
+    """Lyapunov virtual energy queues: Q_k(t+1) = max(Q_k(t) + E_k(t) − Ē_k, 0)."""
+    return np.maximum(queues + energy_j - budget_j, 0.0)

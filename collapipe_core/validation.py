@@ -1,0 +1,259 @@
+"""Load and check an experiment config; every problem names the field path, the value and the fix.
+
+Parsing errors (types, bounds) come from pydantic and are translated; cross-field checks that need
+the data set or the cost model (memory feasibility, micro-batches against data) are done here.
+Nothing runs until the config passes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import ValidationError
+
+from collapipe_core.config import DATASETS, DATASETS_CLASSIFIER, DATASETS_SEQ2SEQ, ExperimentConfig
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    field: str  # dotted path, e.g. "channel.bandwidth_hz"
+    value: Any
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message} (got {self.value!r})"
+
+    def to_json(self) -> dict[str, Any]:
+        value = (
+            self.value if isinstance(self.value, str | int | float | bool | type(None)) else repr(self.value)
+        )
+        return {"field": self.field, "value": value, "message": self.message}
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; ``problems`` lists each one."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        self.problems = problems
+        super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def parse_config(data: dict[str, Any]) -> ExperimentConfig:
+    """Parse a dict into an ExperimentConfig and run every check; raises ConfigError."""
+    if not isinstance(data, dict):
+        raise ConfigError([ConfigProblem("(root)", data, "the config must be a mapping of sections")])
+    try:
+        config = ExperimentConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError([_translate(e) for e in err.errors()]) from None
+    problems = check_config(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Read YAML or JSON from ``path`` (optionally overriding dotted fields) and validate it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(
+            [ConfigProblem("(file)", str(path), f"cannot read the config: {err.strerror}")]
+        ) from None
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.load(text, Loader=_Loader)  # noqa: S506
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise ConfigError([ConfigProblem("(file)", str(path), f"not valid YAML/JSON: {err}")]) from None
+    data = data or {}
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    return parse_config(data)
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading 1e9 and 2.5e8 as numbers (YAML 1.2) rather than strings."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+
+
+def _translate(error: Any) -> ConfigProblem:
+    field = ".".join(str(p) for p in error["loc"]) or "(root)"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown field; remove it or check its spelling against `collapipe config schema`"
+    return ConfigProblem(field, error.get("input"), message)
+
+
+def check_config(config: ExperimentConfig) -> list[ConfigProblem]:
+    """Cross-field checks. Returns every problem found (empty when the config can run)."""
+    problems: list[ConfigProblem] = []
+    m, d, t, s, net = config.model, config.data, config.training, config.scheduler, config.network
+
+    def add(field: str, value: Any, message: str) -> None:
+        problems.append(ConfigProblem(field, value, message))
+
+    if d.dataset not in DATASETS:
+        add("data.dataset", d.dataset, f"unknown dataset; choose one of {', '.join(DATASETS)}")
+    elif m.kind == "seq2seq" and d.dataset not in DATASETS_SEQ2SEQ:
+        add(
+            "data.dataset",
+            d.dataset,
+            f"is a classification dataset but model.kind is seq2seq; use one of "
+            f"{', '.join(DATASETS_SEQ2SEQ)} or set model.kind: classifier",
+        )
+    elif m.kind == "classifier" and d.dataset not in DATASETS_CLASSIFIER:
+        add(
+            "data.dataset",
+            d.dataset,
+            f"is a seq2seq dataset but model.kind is classifier; use one of "
+            f"{', '.join(DATASETS_CLASSIFIER)} or set model.kind: seq2seq",
+        )
+    if m.kind == "seq2seq" and m.num_decoder_layers < 1:
+        add(
+            "model.num_decoder_layers", m.num_decoder_layers, "a seq2seq model needs at least 1 decoder layer"
+        )
+    if t.microbatch_size > d.samples_per_cluster:
+        add(
+            "training.microbatch_size",
+            t.microbatch_size,
+            f"larger than a cluster's data (data.samples_per_cluster = {d.samples_per_cluster})",
+        )
+    elif s.num_microbatches * t.microbatch_size > d.samples_per_cluster:
+        add(
+            "scheduler.num_microbatches",
+            s.num_microbatches,
+            f"M·b = {s.num_microbatches * t.microbatch_size} exceeds a cluster's data "
+            f"({d.samples_per_cluster} samples); lower M or the micro-batch size",
+        )
+    elif s.num_microbatches > s.max_microbatches:
+        add(
+            "scheduler.num_microbatches",
+            s.num_microbatches,
+            f"exceeds scheduler.max_microbatches ({s.max_microbatches})",
+        )
+    problems.extend(_check_policy(config))
+    if net.trace_file is not None and not Path(net.trace_file).is_file():
+        add("network.trace_file", net.trace_file, "no such file")
+    if not problems and d.dataset in DATASETS:
+        problems.extend(_check_data_and_memory(config))
+    return problems
+
+
+def _check_policy(config: ExperimentConfig) -> list[ConfigProblem]:
+    from collapipe_core.scheduler import UnknownPolicyError, get_policy
+
+    s, blocks, devices = config.scheduler, config.model.num_encoder_blocks, config.network.devices_per_cluster
+    problems: list[ConfigProblem] = []
+    try:
+        get_policy(s.policy)
+    except UnknownPolicyError as err:
+        problems.append(ConfigProblem("scheduler.policy", s.policy, str(err)))
+    if s.segments is not None:
+        if len(s.segments) != devices:
+            problems.append(
+                ConfigProblem(
+                    "scheduler.segments",
+                    s.segments,
+                    f"needs one entry per device ({devices}), has {len(s.segments)}",
+                )
+            )
+        elif any(x < 0 for x in s.segments) or sum(s.segments) != blocks:
+            problems.append(
+                ConfigProblem(
+                    "scheduler.segments",
+                    s.segments,
+                    f"must be non-negative and sum to model.num_encoder_blocks = {blocks}, "
+                    f"sums to {sum(s.segments)}",
+                )
+            )
+    elif s.policy == "fixed":
+        problems.append(ConfigProblem("scheduler.segments", None, "policy 'fixed' needs TEBs per device"))
+    return problems
+
+
+def _check_data_and_memory(config: ExperimentConfig) -> list[ConfigProblem]:
+    from collapipe_core.data import dataset_size, vocab_sizes
+    from collapipe_core.state import build_environment
+
+    d, net = config.data, config.network
+    problems: list[ConfigProblem] = []
+    try:
+        available = dataset_size(config)
+        src_vocab, tgt_size = vocab_sizes(config)
+    except ValueError as err:
+        return [ConfigProblem("data", d.dataset, str(err))]
+    needed = d.eval_samples + net.num_clusters * d.samples_per_cluster
+    if needed > available:
+        problems.append(
+            ConfigProblem(
+                "data.samples_per_cluster",
+                d.samples_per_cluster,
+                f"{net.num_clusters} clusters × {d.samples_per_cluster} + {d.eval_samples} eval samples "
+                f"= {needed}, but {d.dataset} has {available} usable samples at model.seq_len = "
+                f"{config.model.seq_len}; lower data.samples_per_cluster or data.eval_samples",
+            )
+        )
+    env = build_environment(config, src_vocab, tgt_size)
+    problems.extend(
+        memory_problems(
+            env.scenario.memory_bytes,
+            env.scenario.runtime_overhead_bytes,
+            env.profile.block_state_bytes,
+            config.training.microbatch_size * env.profile.block_activation_bytes,
+            config.model.num_encoder_blocks,
+        )
+    )
+    return problems
+
+
+def memory_problems(
+    capacity_bytes: np.ndarray, overhead_bytes: float, state_bytes: float, activation_bytes: float, blocks: int
+) -> list[ConfigProblem]:
+    """Refuse a network where even the most favourable placement (M = 1) cannot hold the encoder.
+
+    With one micro-batch in flight a device fits cap_k = ⌊(memory_k − overhead) / (state + b·act)⌋ TEBs;
+    contiguous segments with δ_k ≤ cap_k exist iff Σ_k cap_k ≥ L in every cluster. The message names
+    the cluster's largest device and how much more memory it would need to take the missing TEBs.
+    """
+    per_block = state_bytes + activation_bytes
+    caps = np.maximum(np.floor((capacity_bytes - overhead_bytes) / per_block), 0)
+    short = [n for n, row in enumerate(caps) if row.sum() < blocks]
+    if not short:
+        return []
+    n = short[0]
+    best = int(np.argmax(capacity_bytes[n]))
+    missing = blocks - int(caps[n].sum())
+    needed = overhead_bytes + (caps[n, best] + missing) * per_block
+    shortfall = needed - capacity_bytes[n, best]
+    others = f" (and {len(short) - 1} more clusters)" if len(short) > 1 else ""
+    return [
+        ConfigProblem(
+            "network.memory_bytes",
+            float(capacity_bytes[n, best]),
+            f"cluster {n}{others} cannot hold the encoder in any placement: its devices fit "
+            f"{int(caps[n].sum())} of {blocks} TEBs ({per_block / 2**20:.2f} MiB each at M = 1, plus "
+            f"{overhead_bytes / 2**20:.0f} MiB runtime); its largest device c{n}-d{best} has "
+            f"{capacity_bytes[n, best] / 2**20:.1f} MiB and is short by {shortfall / 2**20:.1f} MiB "
+            "to take the rest; give devices more memory or use a smaller model",
+        )
+    ]
