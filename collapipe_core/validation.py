@@ -68,7 +68,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
             [ConfigProblem("(file)", str(path), f"cannot read the config: {err.strerror}")]
         ) from None
     try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.load(text, Loader=_Loader)  # noqa: S506
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.load(text, Loader=_Loader)
     except (json.JSONDecodeError, yaml.YAMLError) as err:
         raise ConfigError([ConfigProblem("(file)", str(path), f"not valid YAML/JSON: {err}")]) from None
     data = data or {}
@@ -227,7 +227,11 @@ def _check_data_and_memory(config: ExperimentConfig) -> list[ConfigProblem]:
 
 
 def memory_problems(
-    capacity_bytes: np.ndarray, overhead_bytes: float, state_bytes: float, activation_bytes: float, blocks: int
+    capacity_bytes: np.ndarray,
+    overhead_bytes: float,
+    state_bytes: float,
+    activation_bytes: float,
+    blocks: int,
 ) -> list[ConfigProblem]:
     """Refuse a network where even the most favourable placement (M = 1) cannot hold the encoder.
 

@@ -15,25 +15,31 @@ from collapipe_core.data.seeding import stream_rng
 ALPHABET = "abcdefgh"
 PARITY_CLASSES = ("even", "odd")
 LICENCE = "none needed (generated from the experiment seed)"
-_MAX_ROUNDS = 16  # tiny max_len can make fewer distinct strings exist than were asked for
+_BATCH = 4096  # strings drawn per round; fixed, so a smaller pool is a prefix of a larger one
 
 
 def generate_strings(seed: int, num_strings: int, max_len: int, stream: str) -> tuple[str, ...]:
-    """Up to ``num_strings`` distinct random strings (fewer only if that many do not exist)."""
+    """Up to ``num_strings`` distinct random strings.
+
+    Fewer come back only when ``max_len`` is so small that the possible strings are (nearly) used
+    up: generation stops once a whole round of draws finds nothing new.
+
+    The result for n strings is the prefix of the result for any m > n, so runs that differ only in
+    cluster count or shard size see the same strings first.
+    """
     rng = stream_rng(seed, f"synthetic:{stream}")
     min_len = min(2, max_len)
     codes = np.frombuffer(ALPHABET.encode("ascii"), dtype=np.uint8)
     strings: dict[str, None] = {}  # insertion-ordered set: draw order is the dataset order
-    for _ in range(_MAX_ROUNDS):
-        missing = num_strings - len(strings)
-        if missing <= 0:
-            break
-        batch = 2 * missing + 64
-        lengths = rng.integers(min_len, max_len + 1, size=batch)
-        letters = codes[rng.integers(0, len(ALPHABET), size=(batch, max_len))].tobytes()  # (batch, max_len)
+    while len(strings) < num_strings:
+        before = len(strings)
+        lengths = rng.integers(min_len, max_len + 1, size=_BATCH)
+        letters = codes[rng.integers(0, len(ALPHABET), size=(_BATCH, max_len))].tobytes()  # (batch, max_len)
         for row, length in enumerate(lengths.tolist()):
             start = row * max_len
             strings.setdefault(letters[start : start + length].decode("ascii"), None)
+        if len(strings) == before:  # a whole round found nothing new: every string exists already
+            break
     return tuple(strings)[:num_strings]
 
 

@@ -81,7 +81,9 @@ def test_yaml_exponent_numbers_are_numbers(tmp_path: Path) -> None:
 def test_load_config_reads_yaml_and_applies_overrides(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(_base()))
-    config = load_config(path, {"training.rounds": 2, "scheduler.policy": "fixed", "scheduler.segments": [1, 2, 1]})
+    config = load_config(
+        path, {"training.rounds": 2, "scheduler.policy": "fixed", "scheduler.segments": [1, 2, 1]}
+    )
     assert config.training.rounds == 2 and config.scheduler.segments == [1, 2, 1]
 
 

@@ -45,7 +45,9 @@ def test_gpipe_closed_form_equals_the_discrete_event_timeline_on_random_decision
             timeline = cluster_timeline(state, decision, n)
             assert timeline.makespan_s == pytest.approx(ev.pipeline_s[n], rel=1e-9)
             stages = cluster_stages(state, decision, n)
-            assert gpipe_makespan(stages, decision.clusters[n].num_microbatches) == pytest.approx(ev.pipeline_s[n])
+            assert gpipe_makespan(stages, decision.clusters[n].num_microbatches) == pytest.approx(
+                ev.pipeline_s[n]
+            )
 
 
 def test_1f1b_latency_is_its_timeline_and_keeps_less_activation_memory() -> None:
@@ -70,9 +72,13 @@ def test_energy_and_memory_follow_the_documented_formulas() -> None:
     compute_energy = sc.kappa * sc.cpu_hz**2 * flops / sc.flops_per_cycle
     assert np.allclose(ev.energy_j - decision.power_w() * ev.comm_s, compute_energy)
     in_flight = micro  # GPipe keeps all M
-    memory = delta * prof.block_state_bytes + in_flight * st.microbatch_size * delta * prof.block_activation_bytes
+    memory = (
+        delta * prof.block_state_bytes + in_flight * st.microbatch_size * delta * prof.block_activation_bytes
+    )
     assert np.allclose(ev.memory_bytes, np.where(delta > 0, memory + sc.runtime_overhead_bytes, 0))
-    assert ev.objective == pytest.approx(ev.objective_latency + ev.objective_convergence + ev.objective_energy)
+    assert ev.objective == pytest.approx(
+        ev.objective_latency + ev.objective_convergence + ev.objective_energy
+    )
     assert ev.convergence == pytest.approx(st.gradient_variance / (st.microbatch_size * micro.sum()))
 
 

@@ -16,8 +16,10 @@ def _numel(module) -> int:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("kind", ["seq2seq", "classifier"])
 def test_parameter_counts_match_the_torch_modules(kind: str) -> None:
     dataset = "synthetic-reverse" if kind == "seq2seq" else "synthetic-parity"
-    config = tiny_config(model={"kind": kind, "num_decoder_layers": 2, "target_len": 10, "ffn_dim": 40},
-                         data={"dataset": dataset})
+    config = tiny_config(
+        model={"kind": kind, "num_decoder_layers": 2, "target_len": 10, "ffn_dim": 40},
+        data={"dataset": dataset},
+    )
     profile = build_profile(config, src_vocab=23, tgt_size=17)
     model = build_model(config.model, 23, 17, seed=0)
     assert profile.embedding_params == _numel(model.embedding)

@@ -11,6 +11,10 @@ def test_strings_are_distinct_within_bounds_and_seeded() -> None:
     assert generate_strings(4, 500, 10, "t") != strings
 
 
+def test_a_smaller_pool_is_a_prefix_of_a_larger_one() -> None:
+    assert generate_strings(5, 6000, 12, "t")[:100] == generate_strings(5, 100, 12, "t")
+
+
 def test_fewer_strings_when_fewer_exist() -> None:
     assert sorted(generate_strings(0, 100, 1, "t")) == sorted(ALPHABET)
 

@@ -1,0 +1,3 @@
+from collapipe_core.cli import main
+
+main()

@@ -1,0 +1,90 @@
+"""The command line as a user runs it: exit codes, JSON output, resume."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.core.builders import tiny_config
+
+CLI = [sys.executable, "-m", "collapipe_core"]
+
+
+def _write(tmp_path: Path, **sections: object) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tiny_config(**sections).model_dump(mode="json", by_alias=True)))
+    return path
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_run_json_prints_a_round_per_line_and_a_summary(tmp_path: Path) -> None:
+    config = _write(tmp_path, executor="analytic", training={"rounds": 3})
+    done = _run("run", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["round"]["round"] for line in lines[:-1]] == [0, 1, 2]
+    assert lines[-1]["summary"]["rounds_done"] == 3
+
+
+def test_bad_config_exits_2_with_one_clear_message_and_no_traceback(tmp_path: Path) -> None:
+    path = _write(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["channel"]["bandwidth_hz"] = -1
+    path.write_text(yaml.safe_dump(data))
+    for command in (["run", str(path)], ["config", "validate", str(path)], ["schedule", str(path)]):
+        done = _run(*command)
+        assert done.returncode == 2
+        assert "channel.bandwidth_hz" in done.stderr and "greater than 0" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_resume_continues_the_records_file(tmp_path: Path) -> None:
+    config = _write(tmp_path, executor="analytic", training={"rounds": 4})
+    out = tmp_path / "out"
+    assert _run("run", str(config), "--out", str(out), "--rounds", "2").returncode == 0
+    done = _run("run", str(config), "--out", str(out), "--rounds", "4", "--resume")
+    assert done.returncode == 0, done.stderr
+    rounds = [json.loads(line)["round"]["round"] for line in (out / "records.jsonl").read_text().splitlines()]
+    assert rounds == [0, 1, 2, 3]
+
+
+def test_config_schema_is_json_schema() -> None:
+    done = _run("config", "schema")
+    schema = json.loads(done.stdout)
+    assert {"network", "channel", "model", "data", "training", "scheduler", "executor"} <= set(
+        schema["properties"]
+    )
+
+
+def test_schedule_json_has_the_documented_fields(tmp_path: Path) -> None:
+    config = _write(tmp_path)
+    done = _run("schedule", str(config), "--policy", "uniform", "--rounds", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(rows) == 2
+    for key in (
+        "round",
+        "policy",
+        "objective",
+        "latency_s",
+        "energy_j",
+        "queues",
+        "memory_bytes",
+        "decision",
+        "solve_time_s",
+    ):
+        assert key in rows[0]
+    device = rows[0]["decision"]["clusters"][0]["devices"][0]
+    assert set(device) == {"device", "num_blocks", "bandwidth_share", "power_w"}
+    assert (
+        set(rows[1]["queues"])
+        == set(rows[1]["energy_j"])
+        == {f"c{n}-d{k}" for n in range(2) for k in range(3)}
+    )
