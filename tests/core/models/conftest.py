@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
 
 from collapipe_core.config import ModelConfig
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """These tensors are tiny: intra-op threads only contend (about 10x slower on a busy 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

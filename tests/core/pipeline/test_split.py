@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -20,15 +18,6 @@ SRC_VOCAB, TGT_VOCAB, NUM_CLASSES = 13, 11, 5
 SEQ_LEN, TARGET_LEN, BATCH = 10, 6, 8
 SEGMENT_VECTORS = [[2, 0, 3, 1], [0, 0, 6, 0], [1, 1, 1, 1, 1, 1], [6]]
 KINDS = ["seq2seq", "classifier"]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """These tensors are tiny: intra-op threads only contend (about 10x slower on a busy 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def make_model(kind: str) -> EncoderStackModel:
