@@ -118,52 +118,49 @@ def _run_with_progress(runner: Any, name: str, start: int, total: int) -> Any:
 
 def _print_summary(summary: Any, memory_sink: Any) -> None:
     results = memory_sink.results
-    table = Table(title="Per round (modeled latency, real training)")
-    for column in ("round", "latency s", "makespan s", "train loss", "eval loss", "eval metric", "feasible"):
+    metrics = sorted({k for r in results for k in r.round.eval_metrics})
+    table = Table(title="Per round (latency, energy, memory modeled; losses from real training)")
+    columns = ["round", "latency s", "max makespan s", "energy J", "train loss", "eval loss"]
+    for column in columns + [m.removeprefix("eval_").replace("_", " ") for m in metrics]:
         table.add_column(column, justify="right")
     step = max(1, len(results) // 12)
-    for result in results[::step] + ([results[-1]] if results and (len(results) - 1) % step else []):
+    shown = results[::step] + ([results[-1]] if results and (len(results) - 1) % step else [])
+    for result in shown:
         r = result.round
-        metric = ", ".join(f"{k.removeprefix('eval_')} {v:.3f}" for k, v in r.eval_metrics.items())
+        energy = sum(d.energy_j for d in result.devices)
         table.add_row(
-            str(r.round),
+            str(r.round) + ("" if r.feasible else " !"),
             f"{r.latency_s:.4f}",
-            " / ".join(f"{x:.4f}" for x in r.makespan_s),
+            f"{max(r.makespan_s):.4f}",
+            f"{energy:.3f}",
             _fmt(r.train_loss),
             _fmt(r.eval_loss),
-            metric or "-",
-            "yes" if r.feasible else "NO",
+            *(_fmt(r.eval_metrics.get(m)) for m in metrics),
         )
     console.print(table)
     devices = Table(title="Per device (modeled)")
-    for column in (
-        "device",
-        "profile",
-        "blocks (last)",
-        "mean energy J",
-        "budget J",
-        "peak memory MiB",
-        "capacity MiB",
-    ):
+    for column in ("device", "profile", "blocks", "energy J/round", "budget J", "peak MiB", "capacity MiB"):
         devices.add_column(column, justify="right")
     last = {d.device_id: d for d in results[-1].devices} if results else {}
     for device, energy in summary.mean_energy_j.items():
         d = last.get(device)
+        if d is None:
+            continue
         devices.add_row(
             device,
-            d.profile if d else "-",
-            str(d.num_blocks) if d else "-",
+            d.profile,
+            str(d.num_blocks),
             f"{energy:.4f}",
-            f"{d.energy_budget_j:.3f}" if d else "-",
+            f"{d.energy_budget_j:.3f}",
             f"{summary.peak_memory_bytes[device] / 2**20:.1f}",
-            f"{d.memory_capacity_bytes / 2**20:.0f}" if d else "-",
+            f"{d.memory_capacity_bytes / 2**20:.0f}",
         )
     console.print(devices)
+    final = ", ".join(f"{k} {v:.4f}" for k, v in summary.final_eval.items()) or "(analytic: no training)"
     console.print(
-        f"rounds {summary.rounds_done}/{summary.total_rounds}   "
-        f"mean round latency {summary.mean_latency_s:.4f} s"
-        f"   infeasible rounds {summary.infeasible_rounds}   final "
-        + (", ".join(f"{k} {v:.4f}" for k, v in summary.final_eval.items()) or "(analytic: no training)")
+        f"rounds {summary.rounds_done}/{summary.total_rounds}   mean round latency "
+        f"{summary.mean_latency_s:.4f} s   infeasible rounds {summary.infeasible_rounds} (marked !)\n"
+        f"final {final}"
     )
 
 
