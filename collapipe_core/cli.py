@@ -24,6 +24,8 @@ app = typer.Typer(
 )
 config_app = typer.Typer(no_args_is_help=True, help="Inspect and check experiment configs")
 app.add_typer(config_app, name="config")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks of the repository's bench/ folder")
+app.add_typer(bench_app, name="bench")
 err_console = Console(stderr=True)
 console = Console()
 
@@ -208,6 +210,23 @@ def config_validate(config_path: ConfigPath) -> None:
     console.print(
         f"ok: {config.name} ({config.model.kind}, {config.data.dataset}, policy {config.scheduler.policy})"
     )
+
+
+@bench_app.command(
+    "paper",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+)
+def bench_paper(ctx: typer.Context) -> None:
+    """DSSDA against every baseline (bench/paper.py: --json --out DIR --rounds R --train-rounds R)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "paper.py"
+    spec = importlib.util.spec_from_file_location("collapipe_bench_paper", path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise _fail(f"{path} not found: `collapipe bench` runs from a source checkout")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(list(ctx.args))
 
 
 def main() -> None:
