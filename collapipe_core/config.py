@@ -190,7 +190,7 @@ class SchedulerConfig(_Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-Executor = Literal["analytic", "simulated"]
+Executor = Literal["analytic", "simulated", "distributed"]
 
 
 class ExperimentConfig(_Section):
@@ -204,7 +204,11 @@ class ExperimentConfig(_Section):
     data: DataConfig = Field(default_factory=DataConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
-    executor: Executor = Field(default="simulated", description="analytic (no training) or simulated")
+    executor: Executor = Field(
+        default="simulated",
+        description="analytic (cost model only), simulated (real training in one process) or "
+        "distributed (one process per CU, device and edge server)",
+    )
 
     @property
     def channel_seed(self) -> int:

@@ -32,6 +32,9 @@ class DeviceRecord:
     memory_capacity_bytes: float
     energy_budget_j: float
     available: bool
+    # measured by the distributed executor (empty otherwise): compute_s, send_s, recv_s, idle_s,
+    # peak_rss_bytes, peak_tensor_bytes, ... — the same units as the modeled fields
+    measured: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

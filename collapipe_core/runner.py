@@ -45,11 +45,15 @@ def make_executor(config: ExperimentConfig) -> tuple[Executor, Environment]:
     """The configured executor and the environment it runs in (vocabularies come from the data)."""
     from collapipe_core.data import load_dataset, vocab_sizes
 
-    if config.executor == "simulated":
-        from collapipe_core.pipeline.simulated import SimulatedExecutor
-
+    if config.executor in ("simulated", "distributed"):
         bundle = load_dataset(config)
         env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size)
+        if config.executor == "distributed":
+            from collapipe_core.pipeline.distributed import DistributedExecutor
+
+            return DistributedExecutor(config, bundle), env
+        from collapipe_core.pipeline.simulated import SimulatedExecutor
+
         return SimulatedExecutor(config, bundle), env
     src_vocab, tgt_size = vocab_sizes(config)
     return AnalyticExecutor(), build_environment(config, src_vocab, tgt_size)
@@ -176,6 +180,7 @@ def build_result(
                     memory_capacity_bytes=float(sc.memory_bytes[n, k]),
                     energy_budget_j=float(sc.energy_budget_j[n, k]),
                     available=bool(state.available[n, k]),
+                    measured=dict(outcome.measured.get(device_id(n, k), {})),
                 )
             )
     record = RoundRecord(

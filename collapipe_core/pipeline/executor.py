@@ -19,6 +19,7 @@ class TrainingOutcome:
     train_loss: float | None = None
     eval_loss: float | None = None
     eval_metrics: dict[str, float] = field(default_factory=dict)
+    measured: dict[str, dict[str, float]] = field(default_factory=dict)  # device id → measured figures
 
 
 class Executor(Protocol):

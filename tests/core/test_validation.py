@@ -35,7 +35,7 @@ BAD = [
     ("data.dataset", "imagenet", "unknown dataset"),
     ("training.microbatch_size", 1000, "larger than a cluster's data"),
     ("model.num_heads", 3, "must divide d_model"),
-    ("executor", "quantum", "'analytic' or 'simulated'"),
+    ("executor", "quantum", "'simulated' or 'distributed'"),
     ("training.schedule", "zigzag", "'gpipe' or '1f1b'"),
     ("network.memory_bytes", {"low": 1000, "high": 2000}, "cannot hold the encoder in any placement"),
     ("network.cpu_hz", {"low": 3e9, "high": 1e9}, "must not exceed high"),
