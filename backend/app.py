@@ -1,0 +1,132 @@
+"""``create_app(settings)``: the FastAPI application, its executor and live channel chosen by settings.
+
+executor = "local": the runs table is the queue, a dispatcher in this process spawns one process per
+run, and the live channel tails the run_events table. executor = "celery": dispatcher and channel come
+from the workers package via the factories named in the settings. Tests may pass both explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from anyio import to_thread
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from backend import config_router
+from backend.db.engine import make_engine, make_session_factory, ping
+from backend.error_handlers import install_error_handlers
+from backend.experiments.router import router as experiments_router
+from backend.live.channel import LiveChannel
+from backend.live.db_channel import DbEventChannel
+from backend.live.router import router as live_router
+from backend.metrics.router import router as metrics_router
+from backend.monitoring import RequestMetrics, RunCollector
+from backend.runs.dispatch import RunDispatcher, load_factory, make_celery_dispatcher
+from backend.runs.local_runner import LocalDispatcher
+from backend.runs.router import router as runs_router
+from backend.settings import Settings
+from backend.users.router import admin_router, auth_router
+
+FRONTEND_DIR = Path(__file__).resolve().parents[1] / "frontend"
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    dispatcher: RunDispatcher | None = None,
+    channel: LiveChannel | None = None,
+) -> FastAPI:
+    settings = settings or Settings()
+    engine = make_engine(settings.database_url)
+    session_factory = make_session_factory(engine)
+    if channel is None:
+        if settings.executor == "local":
+            channel = DbEventChannel(session_factory, settings.sse_poll_interval_s)
+        else:
+            channel = load_factory(settings.channel_factory, "COLLAPIPE_CHANNEL_FACTORY")(settings)
+    assert channel is not None
+    if dispatcher is None:
+        if settings.executor == "local":
+            dispatcher = LocalDispatcher(settings, session_factory, channel)
+        else:
+            dispatcher = make_celery_dispatcher(settings)
+    live, runner = channel, dispatcher
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await runner.start()
+        try:
+            yield
+        finally:
+            await runner.stop()
+            live.close()
+            engine.dispose()
+
+    app = FastAPI(
+        title="CollaPipe",
+        version="0.1.0",
+        description="Launch, run and watch collaborative pipeline-parallel training experiments.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.session_factory = session_factory
+    app.state.channel = channel
+    app.state.dispatcher = dispatcher
+    install_error_handlers(app)
+    for router in (
+        auth_router,
+        admin_router,
+        config_router.router,
+        experiments_router,
+        live_router,  # before runs: /api/runs/events must not match /api/runs/{run_id}
+        runs_router,
+        metrics_router,
+    ):
+        app.include_router(router)
+    registry = CollectorRegistry()
+    registry.register(RunCollector(session_factory, dispatcher.queue_depth))
+    app.add_middleware(RequestMetrics, registry=registry)
+    _add_probes(app, registry)
+    mount_frontend(app, FRONTEND_DIR)
+    return app
+
+
+def _add_probes(app: FastAPI, registry: CollectorRegistry) -> None:
+    @app.get("/healthz", tags=["ops"])
+    def healthz() -> dict[str, str]:
+        """The process is up (no dependencies checked)."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"], responses={503: {"description": "a dependency is unavailable"}})
+    async def readyz(request: Request) -> JSONResponse:
+        """Ready to serve: the database answers and the executor can dispatch (broker reachable)."""
+        checks: dict[str, Any] = {"database": "ok", "executor": "ok"}
+        try:
+            await to_thread.run_sync(ping, request.app.state.engine)
+        except Exception as err:
+            checks["database"] = f"unreachable: {type(err).__name__}"
+        problem = await to_thread.run_sync(request.app.state.dispatcher.check_ready)
+        if problem is not None:
+            checks["executor"] = problem
+        ready = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"status": "ready" if ready else "not ready", "checks": checks}, 200 if ready else 503
+        )
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    def metrics() -> Response:
+        """Prometheus text format. Unauthenticated (aggregate counts only, no names or configs)."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def mount_frontend(app: FastAPI, directory: Path) -> None:
+    """Serve the dashboard's static files at / once the frontend has an index.html."""
+    if (directory / "index.html").is_file():
+        app.mount("/", StaticFiles(directory=directory, html=True), name="frontend")

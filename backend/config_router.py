@@ -1,0 +1,42 @@
+"""/api/config: the experiment config's JSON Schema (drives the browser form), a dry-run check, and
+the metric catalogue (names, units, whether modeled) shared by the API and the dashboard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from backend.config_input import normalized, validated_config
+from backend.deps import ViewerUser
+from backend.errors import ERROR_RESPONSES
+from collapipe_core.config import config_json_schema
+from collapipe_core.metrics import METRICS
+
+router = APIRouter(prefix="/api/config", tags=["config"], responses=ERROR_RESPONSES)
+
+
+class MetricOut(BaseModel):
+    name: str
+    unit: str
+    scope: str
+    modeled: bool
+    description: str
+
+
+@router.get("/schema")
+def schema(_user: ViewerUser) -> dict[str, Any]:
+    """JSON Schema of experiment configs (every field's description, default and bounds)."""
+    return config_json_schema()
+
+
+@router.post("/validate")
+def validate(config: dict[str, Any], _user: ViewerUser) -> dict[str, Any]:
+    """Check a config without storing it; 422 names every problem. Returns the config with defaults."""
+    return normalized(validated_config(config))
+
+
+@router.get("/metrics")
+def metrics(_user: ViewerUser) -> list[MetricOut]:
+    return [MetricOut(**vars(m)) for m in METRICS]

@@ -1,0 +1,1 @@
+"""SQL store: declarative base with a naming convention, engine and session factory, models."""

@@ -1,0 +1,195 @@
+"""The service's tables (SQLAlchemy 2 typed models). Timestamps are aware UTC datetimes.
+
+Metric rows keep the core's record JSON (``record``) and promote the numeric fields charts and
+filters need into columns. Natural unique keys — (run_id, round) and (run_id, round, device_id) —
+make a re-run round an idempotent insert.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from backend.db.base import Base, UtcDateTime, utcnow
+
+ROLES = ("viewer", "operator", "admin")
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
+
+DEVICE_METRIC_COLUMNS = (
+    "num_blocks",
+    "bandwidth_share",
+    "power_w",
+    "rate_bps",
+    "compute_s",
+    "comm_s",
+    "idle_s",
+    "energy_j",
+    "queue",
+    "memory_bytes",
+    "memory_capacity_bytes",
+    "energy_budget_j",
+)
+ROUND_METRIC_COLUMNS = ("latency_s", "objective", "train_loss", "eval_loss")
+
+
+def _in(values: tuple[str, ...]) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+class User(Base):
+    __tablename__ = "users"
+    __table_args__ = (CheckConstraint(f"role IN ({_in(ROLES)})", name="role"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str | None] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(16))
+    must_change_password: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class BrowserSession(Base):
+    """A login: the cookie holds a random secret, the table its SHA-256 (logout deletes the row)."""
+
+    __tablename__ = "sessions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+
+class Run(Base):
+    """A run and its lease. ``replay_configs`` (forks): [{"until_round": k, "config": {...}}, ...] —
+    the configs that produced rounds before each switch; ``config`` runs from the last switch on."""
+
+    __tablename__ = "runs"
+    __table_args__ = (
+        CheckConstraint(f"status IN ({_in(RUN_STATUSES)})", name="status"),
+        Index("ix_runs_status_id", "status", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    experiment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("experiments.id", ondelete="RESTRICT"), index=True
+    )
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    replay_configs: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    rounds_done: Mapped[int] = mapped_column(Integer, default=0)
+    total_rounds: Mapped[int] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    parent_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)
+    fork_round: Mapped[int | None] = mapped_column(Integer)
+    policy: Mapped[str] = mapped_column(String(200))
+    executor: Mapped[str] = mapped_column(String(16))  # the config's fidelity: analytic | simulated
+
+
+class RoundMetric(Base):
+    __tablename__ = "round_metrics"
+    __table_args__ = (UniqueConstraint("run_id", "round"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    round: Mapped[int] = mapped_column(Integer)
+    record: Mapped[dict[str, Any]] = mapped_column(JSON)
+    latency_s: Mapped[float] = mapped_column(Float)
+    objective: Mapped[float] = mapped_column(Float)
+    train_loss: Mapped[float | None] = mapped_column(Float)
+    eval_loss: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class DeviceMetric(Base):
+    __tablename__ = "device_metrics"
+    __table_args__ = (UniqueConstraint("run_id", "round", "device_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    round: Mapped[int] = mapped_column(Integer)
+    cluster: Mapped[int] = mapped_column(Integer)
+    device: Mapped[int] = mapped_column(Integer)
+    device_id: Mapped[str] = mapped_column(String(32))
+    profile: Mapped[str] = mapped_column(String(100))
+    available: Mapped[bool] = mapped_column(Boolean)
+    num_blocks: Mapped[int] = mapped_column(Integer)
+    bandwidth_share: Mapped[float] = mapped_column(Float)
+    power_w: Mapped[float] = mapped_column(Float)
+    rate_bps: Mapped[float] = mapped_column(Float)
+    compute_s: Mapped[float] = mapped_column(Float)
+    comm_s: Mapped[float] = mapped_column(Float)
+    idle_s: Mapped[float] = mapped_column(Float)
+    energy_j: Mapped[float] = mapped_column(Float)
+    queue: Mapped[float] = mapped_column(Float)
+    memory_bytes: Mapped[float] = mapped_column(Float)
+    memory_capacity_bytes: Mapped[float] = mapped_column(Float)
+    energy_budget_j: Mapped[float] = mapped_column(Float)
+    block_start: Mapped[int] = mapped_column(Integer)
+    block_end: Mapped[int] = mapped_column(Integer)
+
+
+class RunEvent(Base):
+    """The embedded live stream: SSE event ids are these ids. ``kind='status'`` rows also feed the
+    stream of all runs' status changes."""
+
+    __tablename__ = "run_events"
+    __table_args__ = (
+        Index("ix_run_events_run_id_id", "run_id", "id"),
+        Index("ix_run_events_kind_id", "kind", "id"),
+        {"sqlite_autoincrement": True},  # ids never reused: they are SSE event ids
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

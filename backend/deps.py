@@ -1,0 +1,100 @@
+"""Annotated dependency aliases used by every router: the session, the caller, the role gates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from backend.db.models import User
+from backend.db.transaction import commit_and_notify, discard_pending
+from backend.errors import Forbidden, Unauthenticated
+from backend.live.channel import LiveChannel
+from backend.runs.dispatch import RunDispatcher
+from backend.settings import Settings
+from backend.users import service as users
+
+SESSION_COOKIE = "collapipe_session"
+
+
+def _session(request: Request) -> Iterator[Session]:
+    """One session per request; commits when the endpoint returns, then runs after-commit actions."""
+    session: Session = request.app.state.session_factory()
+    try:
+        yield session
+        commit_and_notify(session)
+    except BaseException:
+        discard_pending(session)
+        raise
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(_session, scope="function")]
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def _channel(request: Request) -> LiveChannel:
+    channel: LiveChannel = request.app.state.channel
+    return channel
+
+
+def _dispatcher(request: Request) -> RunDispatcher:
+    dispatcher: RunDispatcher = request.app.state.dispatcher
+    return dispatcher
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]
+ChannelDep = Annotated[LiveChannel, Depends(_channel)]
+DispatcherDep = Annotated[RunDispatcher, Depends(_dispatcher)]
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise Unauthenticated("Authorization header must be 'Bearer <token>'")
+    return value.strip()
+
+
+def _current_user(request: Request, session: SessionDep) -> User:
+    """The caller, from ``Authorization: Bearer <token>`` or else the session cookie; 401 if neither."""
+    token = _bearer(request)
+    if token is not None:
+        user = users.user_for_token(session, token)
+        if user is None:
+            raise Unauthenticated("the API token is unknown or revoked")
+        return user
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        user = users.user_for_session(session, cookie)
+        if user is not None:
+            return user
+        raise Unauthenticated("the session expired or was ended; log in again")
+    raise Unauthenticated("log in (POST /api/auth/login) or send 'Authorization: Bearer <token>'")
+
+
+CurrentUser = Annotated[User, Depends(_current_user)]
+
+
+def require_role(role: str) -> Callable[[User], User]:
+    def check(user: CurrentUser) -> User:
+        if not users.has_role(user, role):
+            raise Forbidden(f"this needs the {role} role; you are {user.role}")
+        return user
+
+    check.__name__ = f"require_{role}"
+    return check
+
+
+ViewerUser = Annotated[User, Depends(require_role("viewer"))]
+OperatorUser = Annotated[User, Depends(require_role("operator"))]
+AdminUser = Annotated[User, Depends(require_role("admin"))]

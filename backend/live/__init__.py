@@ -1,0 +1,1 @@
+"""Live streams: the LiveChannel interface, its DB-tailing and in-memory implementations, SSE."""

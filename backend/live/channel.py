@@ -1,0 +1,108 @@
+"""The live channel: a per-run, replayable, ordered event stream (the seam between executors and SSE).
+
+Semantics every implementation keeps (tests/backend/live/channel_contract.py checks them):
+
+- ``publish(run_id, kind, data)`` appends one event to run ``run_id``'s stream and returns its id.
+  It is synchronous (called from run processes, Celery tasks and API request threads) and is called
+  only AFTER the transaction that made the event true has committed. Events of kind ``"status"``
+  also appear on the stream of all runs (``run_id=None`` below).
+- ``read(run_id, after, block_s)`` returns the events after id ``after`` (``None``: from the start)
+  in publish order, waiting up to ``block_s`` seconds when there are none yet (an empty list then);
+  a malformed ``after`` raises ValueError (before any waiting).
+  ``run_id=None`` reads the all-runs status stream.
+- ``head(run_id)`` is the id of the latest event (``"0"`` when there is none): a client that wants
+  only new events starts reading after it.
+- Ids are opaque strings, increasing within a stream; SSE sends them as ``id:`` lines and a
+  reconnecting client's ``Last-Event-ID`` goes back in as ``after``.
+
+Event kinds and payloads (``data`` is plain JSON):
+
+- ``"round"``: ``RoundResult.to_json()`` of a newly stored round — ``{"round": {...}, "devices": [...]}``.
+- ``"status"``: ``{"run_id", "status", "rounds_done", "total_rounds", "error"}``; a status in
+  TERMINAL_STATUSES ends a run's SSE stream unless the run was re-queued since.
+
+Implementations: ``DbEventChannel`` (run_events table; embedded default, works across processes),
+``MemoryChannel`` (one process; tests), and the workers' Redis Stream channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+ROUND = "round"
+STATUS = "status"
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    id: str
+    run_id: int
+    kind: str
+    data: dict[str, Any]
+
+
+class LiveChannel(Protocol):
+    def publish(self, run_id: int, kind: str, data: Mapping[str, Any]) -> str: ...
+
+    async def read(self, run_id: int | None, after: str | None, block_s: float) -> list[LiveEvent]: ...
+
+    async def head(self, run_id: int | None) -> str: ...
+
+    def close(self) -> None: ...
+
+
+def status_payload(
+    run_id: int, status: str, rounds_done: int, total_rounds: int, error: str | None
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "status": status,
+        "rounds_done": rounds_done,
+        "total_rounds": total_rounds,
+        "error": error,
+    }
+
+
+@dataclass
+class MemoryChannel:
+    """Events in a list, for one process (tests and single-process tools). Ids are 1, 2, 3, ..."""
+
+    poll_interval_s: float = 0.01
+    _events: list[LiveEvent] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def publish(self, run_id: int, kind: str, data: Mapping[str, Any]) -> str:
+        with self._lock:
+            event = LiveEvent(str(len(self._events) + 1), run_id, kind, dict(data))
+            self._events.append(event)
+            return event.id
+
+    def _after(self, run_id: int | None, after: str | None) -> list[LiveEvent]:
+        if after is not None and not after.isdigit():
+            raise ValueError(f"event id {after!r} is not an id of this stream (a non-negative integer)")
+        start = int(after) if after else 0
+        with self._lock:
+            events = self._events[start:]
+        if run_id is None:
+            return [e for e in events if e.kind == STATUS]
+        return [e for e in events if e.run_id == run_id]
+
+    async def read(self, run_id: int | None, after: str | None, block_s: float) -> list[LiveEvent]:
+        deadline = time.monotonic() + block_s
+        while True:
+            events = self._after(run_id, after)
+            if events or time.monotonic() >= deadline:
+                return events
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def head(self, run_id: int | None) -> str:
+        events = self._after(run_id, None)
+        return events[-1].id if events else "0"
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,106 @@
+"""SSE endpoints: GET /api/runs/{id}/events (one run) and GET /api/runs/events (all runs' status).
+
+``id:`` lines carry the channel's event ids; a reconnecting client's ``Last-Event-ID`` header (or
+the ``last_event_id`` query parameter, for clients that cannot set headers) resumes after it. A
+browser ``EventSource`` authenticates with the session cookie. A run's stream ends after its
+terminal status; connecting to a finished run with nothing left to send answers 204, which tells
+``EventSource`` to stop reconnecting.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from anyio import to_thread
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from backend.db.engine import SessionFactory
+from backend.db.models import TERMINAL_STATUSES
+from backend.deps import ChannelDep, SettingsDep, ViewerUser
+from backend.errors import ERROR_RESPONSES, InvalidInput, NotFound
+from backend.live.channel import LiveChannel
+from backend.live.sse import run_events, status_events
+from backend.params import IdPath
+from backend.runs.repository import status_of
+
+router = APIRouter(prefix="/api/runs", tags=["live"], responses=ERROR_RESPONSES)
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}, "description": "event stream"},
+    204: {"description": "the run is finished and nothing is left to send"},
+}
+LastEventIdHeader = Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)]
+LastEventIdQuery = Annotated[str | None, Query(max_length=64, description="same as the Last-Event-ID header")]
+
+
+def _resume_point(header: str | None, query: str | None) -> str | None:
+    return header if header is not None else query
+
+
+async def _checked(channel: LiveChannel, run_id: int | None, after: str | None) -> None:
+    try:
+        await channel.read(run_id, after, 0.0)
+    except ValueError as err:
+        raise InvalidInput(
+            str(err),
+            [{"field": "Last-Event-ID", "value": after, "message": "not an event id of this stream"}],
+        ) from None
+
+
+@router.get("/events", response_class=StreamingResponse, responses=SSE_RESPONSE)
+async def all_runs_events(
+    request: Request,
+    channel: ChannelDep,
+    settings: SettingsDep,
+    _user: ViewerUser,
+    last_event_id: LastEventIdHeader = None,
+    after: LastEventIdQuery = None,
+) -> StreamingResponse:
+    """Status changes of every run (``event: status``), from now or after Last-Event-ID."""
+    start = _resume_point(last_event_id, after)
+    await _checked(channel, None, start)
+    if start is None:
+        start = await channel.head(None)
+    return StreamingResponse(
+        status_events(channel, start, settings.sse_heartbeat_s),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+    )
+
+
+@router.get("/{run_id}/events", response_class=StreamingResponse, responses=SSE_RESPONSE)
+async def one_run_events(
+    run_id: IdPath,
+    request: Request,
+    channel: ChannelDep,
+    settings: SettingsDep,
+    _user: ViewerUser,
+    last_event_id: LastEventIdHeader = None,
+    after: LastEventIdQuery = None,
+) -> Response:
+    """The run's ``round`` and ``status`` events from the start (or after Last-Event-ID)."""
+    factory: SessionFactory = request.app.state.session_factory
+
+    async def is_finished() -> bool:
+        status = await to_thread.run_sync(_status, factory, run_id)
+        return status is None or status in TERMINAL_STATUSES
+
+    if await to_thread.run_sync(_status, factory, run_id) is None:
+        raise NotFound(f"no run with id {run_id}")
+    start = _resume_point(last_event_id, after)
+    await _checked(channel, run_id, start)
+
+    if await is_finished() and await channel.head(run_id) == (start or "0"):
+        return Response(status_code=204)
+    return StreamingResponse(
+        run_events(channel, run_id, start, settings.sse_heartbeat_s, is_finished),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+    )
+
+
+def _status(factory: SessionFactory, run_id: int) -> str | None:
+    with factory() as session:
+        return status_of(session, run_id)

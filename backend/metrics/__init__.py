@@ -1,0 +1,1 @@
+"""Metrics: per-round and per-device series, decisions, timelines, export and comparison."""

@@ -1,0 +1,106 @@
+"""SQL that reads a run's stored metrics (writing is ingest_repository.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from backend.db.models import DeviceMetric, RoundMetric
+
+
+def _round_range(
+    query: Select[Any], from_round: int | None, to_round: int | None, column: Any
+) -> Select[Any]:
+    if from_round is not None:
+        query = query.where(column >= from_round)
+    if to_round is not None:
+        query = query.where(column <= to_round)
+    return query
+
+
+def round_columns(
+    session: Session, run_id: int, columns: Sequence[str], from_round: int | None, to_round: int | None
+) -> list[tuple[Any, ...]]:
+    """(round, *columns) per stored round, in round order; ``record`` may be one of the columns."""
+    selected = [RoundMetric.round, *(getattr(RoundMetric, c) for c in columns)]
+    query = _round_range(
+        select(*selected).where(RoundMetric.run_id == run_id), from_round, to_round, RoundMetric.round
+    )
+    return [tuple(row) for row in session.execute(query.order_by(RoundMetric.round))]
+
+
+def device_values(
+    session: Session,
+    run_id: int,
+    metric: str,
+    device_ids: Sequence[str],
+    cluster: int | None,
+    from_round: int | None,
+    to_round: int | None,
+) -> list[tuple[str, int, float]]:
+    """(device_id, round, value) ordered by device then round."""
+    column = getattr(DeviceMetric, metric)
+    query = select(DeviceMetric.device_id, DeviceMetric.round, column).where(DeviceMetric.run_id == run_id)
+    if device_ids:
+        query = query.where(DeviceMetric.device_id.in_(device_ids))
+    if cluster is not None:
+        query = query.where(DeviceMetric.cluster == cluster)
+    query = _round_range(query, from_round, to_round, DeviceMetric.round)
+    rows = session.execute(query.order_by(DeviceMetric.device_id, DeviceMetric.round))
+    return [(str(d), int(r), float(v)) for d, r, v in rows]
+
+
+def count_rounds(session: Session, run_id: int, from_round: int | None, to_round: int | None) -> int:
+    query = select(func.count()).select_from(RoundMetric).where(RoundMetric.run_id == run_id)
+    return int(session.scalar(_round_range(query, from_round, to_round, RoundMetric.round)) or 0)
+
+
+def records_page(
+    session: Session, run_id: int, from_round: int | None, to_round: int | None, limit: int, offset: int
+) -> list[dict[str, Any]]:
+    query = select(RoundMetric.record).where(RoundMetric.run_id == run_id)
+    query = _round_range(query, from_round, to_round, RoundMetric.round)
+    return list(session.scalars(query.order_by(RoundMetric.round).limit(limit).offset(offset)))
+
+
+def round_record(session: Session, run_id: int, round_index: int) -> dict[str, Any] | None:
+    query = select(RoundMetric.record).where(RoundMetric.run_id == run_id, RoundMetric.round == round_index)
+    record: dict[str, Any] | None = session.scalar(query)
+    return record
+
+
+def device_rows(session: Session, run_id: int, round_index: int | None = None) -> list[DeviceMetric]:
+    query = select(DeviceMetric).where(DeviceMetric.run_id == run_id)
+    if round_index is not None:
+        query = query.where(DeviceMetric.round == round_index)
+    return list(
+        session.scalars(query.order_by(DeviceMetric.round, DeviceMetric.cluster, DeviceMetric.device))
+    )
+
+
+def all_records(session: Session, run_id: int) -> list[dict[str, Any]]:
+    query = select(RoundMetric.record).where(RoundMetric.run_id == run_id).order_by(RoundMetric.round)
+    return list(session.scalars(query))
+
+
+def device_summary(session: Session, run_id: int) -> tuple[float | None, float | None]:
+    """(peak modeled memory over devices and rounds, mean of energy / budget over devices and rounds)."""
+    query = select(
+        func.max(DeviceMetric.memory_bytes), func.avg(DeviceMetric.energy_j / DeviceMetric.energy_budget_j)
+    ).where(DeviceMetric.run_id == run_id)
+    peak, ratio = session.execute(query).one()
+    return (None if peak is None else float(peak), None if ratio is None else float(ratio))
+
+
+def mean_latency(session: Session, run_id: int) -> float | None:
+    value = session.scalar(select(func.avg(RoundMetric.latency_s)).where(RoundMetric.run_id == run_id))
+    return None if value is None else float(value)
+
+
+def rounds_stored_since(session: Session, since: datetime) -> int:
+    query = select(func.count()).select_from(RoundMetric).where(RoundMetric.created_at >= since)
+    return int(session.scalar(query) or 0)

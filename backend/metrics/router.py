@@ -1,0 +1,137 @@
+"""Metric reads of runs: /api/runs/{id}/rounds|devices|decisions|timeline|export and /api/compare."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+from pydantic import Field
+
+from backend.deps import SessionDep, ViewerUser
+from backend.errors import ERROR_RESPONSES
+from backend.metrics import compare as comparing
+from backend.metrics import export as exporting
+from backend.metrics import service
+from backend.metrics.downsample import Method
+from backend.metrics.fields import DEVICE_FIELDS, ROUND_FIELDS
+from backend.metrics.schemas import CompareOut, DecisionPage, DeviceSeries, RoundSeries, TimelineOut
+from backend.metrics.timeline import timeline
+from backend.params import MAX_ID, IdPath, Limit, Offset, RoundQuery
+from backend.runs import service as runs
+
+router = APIRouter(tags=["metrics"], responses=ERROR_RESPONSES)
+
+MaxPoints = Annotated[int, Query(ge=2, le=100_000, description="downsample to at most this many points")]
+MethodQuery = Annotated[Method, Query(description="lttb (shape), minmax (extremes), mean (buckets), none")]
+FromRound = Annotated[RoundQuery, Query(alias="from", description="first round (inclusive)")]
+ToRound = Annotated[RoundQuery, Query(alias="to", description="last round (inclusive)")]
+
+
+@router.get("/api/runs/{run_id}/rounds")
+def round_series(
+    run_id: IdPath,
+    session: SessionDep,
+    _user: ViewerUser,
+    fields: Annotated[list[str], Query(max_length=32, description=f"any of {', '.join(ROUND_FIELDS)}")] = [],  # noqa: B006
+    from_round: FromRound = None,
+    to_round: ToRound = None,
+    max_points: MaxPoints = 2000,
+    method: MethodQuery = "lttb",
+) -> RoundSeries:
+    return service.round_series(session, run_id, fields, from_round, to_round, max_points, method)
+
+
+@router.get("/api/runs/{run_id}/devices")
+def device_series(
+    run_id: IdPath,
+    session: SessionDep,
+    _user: ViewerUser,
+    metric: Annotated[
+        str, Query(max_length=64, description=f"one of {', '.join(DEVICE_FIELDS)}")
+    ] = "energy_j",
+    device_id: Annotated[list[str], Query(max_length=1000, description="e.g. c0-d1; default all")] = [],  # noqa: B006
+    cluster: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+    from_round: FromRound = None,
+    to_round: ToRound = None,
+    max_points: MaxPoints = 2000,
+    method: MethodQuery = "lttb",
+) -> DeviceSeries:
+    return service.device_series(
+        session, run_id, metric, device_id, cluster, from_round, to_round, max_points, method
+    )
+
+
+@router.get("/api/runs/{run_id}/decisions")
+def decisions(
+    run_id: IdPath,
+    session: SessionDep,
+    _user: ViewerUser,
+    from_round: FromRound = None,
+    to_round: ToRound = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> DecisionPage:
+    """Each round's decision (per cluster M; per device δ, β, p) with its objective and feasibility."""
+    return service.decisions(session, run_id, from_round, to_round, limit, offset)
+
+
+@router.get("/api/runs/{run_id}/timeline")
+def round_timeline(
+    run_id: IdPath,
+    session: SessionDep,
+    _user: ViewerUser,
+    round: Annotated[int, Query(ge=0, le=MAX_ID)],
+    cluster: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+) -> TimelineOut:
+    """The discrete-event pipeline timeline (Gantt) of one cluster's iteration in a stored round."""
+    return timeline(session, runs.get(session, run_id), round, cluster)
+
+
+EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {
+            "text/csv": {"schema": {"type": "string"}},
+            "application/vnd.apache.parquet": {"schema": {"type": "string", "format": "binary"}},
+        },
+        "description": "the table as a file",
+    }
+}
+MEDIA_TYPES = {"csv": "text/csv", "parquet": "application/vnd.apache.parquet"}
+
+
+@router.get("/api/runs/{run_id}/export", response_class=Response, responses=EXPORT_RESPONSES)
+def export(
+    run_id: IdPath,
+    session: SessionDep,
+    _user: ViewerUser,
+    format: exporting.ExportFormat = "csv",
+    table: exporting.ExportTable = "rounds",
+) -> Response:
+    """All stored rounds (or per-device rows) of a run as CSV or Parquet."""
+    runs.get(session, run_id)
+    content = exporting.export(session, run_id, table, format)
+    filename = f"run-{run_id}-{table}.{format}"
+    return Response(
+        content,
+        media_type=MEDIA_TYPES[format],
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
+
+
+@router.get("/api/compare")
+def compare(
+    session: SessionDep,
+    _user: ViewerUser,
+    run_ids: Annotated[
+        list[Annotated[str, Field(pattern=r"^[0-9]{1,9}(,[0-9]{1,9}){0,49}$")]],
+        Query(
+            min_length=1,
+            max_length=50,
+            description="run ids, repeated (run_ids=1&run_ids=2) or comma-separated (run_ids=1,2)",
+        ),
+    ],
+    baseline: Annotated[int | None, Query(ge=1, le=MAX_ID, description="default: the first run")] = None,
+) -> CompareOut:
+    """Summary figures of several runs and their ratios to the baseline run."""
+    ids = [int(part) for item in run_ids for part in item.split(",")]
+    return comparing.compare(session, ids, baseline)

@@ -1,0 +1,91 @@
+"""Response bodies of the metrics domain. Series are columnar: ``round`` and ``value`` lists."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from backend.metrics.downsample import Method
+
+
+class Series(BaseModel):
+    round: list[float] = Field(description="round index (a bucket's mean round with method=mean)")
+    value: list[float]
+
+
+class RoundSeries(BaseModel):
+    run_id: int
+    points_stored: int = Field(description="rounds stored in the requested range")
+    method: Method
+    max_points: int
+    series: dict[str, Series]
+    units: dict[str, str]
+
+
+class DeviceSeries(BaseModel):
+    run_id: int
+    metric: str
+    unit: str
+    method: Method
+    max_points: int
+    series: dict[str, Series] = Field(description="per device id")
+
+
+class DecisionItem(BaseModel):
+    round: int
+    policy: str
+    objective: float | None
+    feasible: bool
+    violations: list[str]
+    solver_iterations: int
+    solve_time_s: float | None
+    num_microbatches: list[int]
+    decision: dict[str, Any]
+
+
+class DecisionPage(BaseModel):
+    run_id: int
+    items: list[DecisionItem]
+    total: int
+    limit: int
+    offset: int
+
+
+class TimelineEventOut(BaseModel):
+    participant: str
+    kind: Literal["forward", "backward", "send", "receive"]
+    microbatch: int
+    start_s: float
+    end_s: float
+    peer: str
+
+
+class TimelineOut(BaseModel):
+    run_id: int
+    round: int
+    cluster: int
+    schedule: str
+    num_microbatches: int
+    makespan_s: float
+    peak_in_flight: dict[str, int]
+    busy_s: dict[str, float]
+    events: list[TimelineEventOut]
+
+
+class CompareRow(BaseModel):
+    run_id: int
+    name: str
+    policy: str
+    rounds_done: int
+    mean_latency_s: float | None
+    efficiency: float | None = Field(description="1 − mean bubble fraction")
+    peak_memory_bytes: float | None
+    mean_energy_budget_ratio: float | None = Field(description="mean over devices and rounds of E/Ē")
+    final_eval: dict[str, float]
+    ratios: dict[str, float | None] = Field(description="each figure divided by the baseline's")
+
+
+class CompareOut(BaseModel):
+    baseline_run_id: int
+    runs: list[CompareRow]

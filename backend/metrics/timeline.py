@@ -1,0 +1,70 @@
+"""The pipeline timeline (Gantt) of one cluster in one stored round, rebuilt from the records.
+
+The round's state is rebuilt exactly: the environment from the config in force at that round (forks
+switch configs), the virtual queues the decision saw from the round's device rows, channel and
+device conditions from the seed and round index; the decision from the stored record.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from backend.db.models import Run
+from backend.errors import InvalidInput, NotFound
+from backend.metrics import repository as repo
+from backend.metrics.schemas import TimelineEventOut, TimelineOut
+from backend.runs.segments import config_at, plan_segments
+from collapipe_core.costmodel.chain import cluster_timeline
+from collapipe_core.data import vocab_sizes
+from collapipe_core.decision import Decision
+from collapipe_core.state import build_environment, observe
+
+
+def _invalid(field: str, value: int, message: str) -> InvalidInput:
+    return InvalidInput(
+        f"{field} = {value}: {message}", [{"field": field, "value": value, "message": message}]
+    )
+
+
+def timeline(session: Session, run: Run, round_index: int, cluster: int) -> TimelineOut:
+    record = repo.round_record(session, run.id, round_index)
+    if record is None:
+        raise NotFound(f"run {run.id} has no stored round {round_index} (it has {run.rounds_done} rounds)")
+    segments = plan_segments(run.config, list(run.replay_configs or []), run.total_rounds)
+    config = config_at(segments, round_index)
+    if not 0 <= cluster < config.network.num_clusters:
+        raise _invalid("cluster", cluster, f"must be in 0..{config.network.num_clusters - 1}")
+    decision = Decision.from_json(record["decision"])
+    if decision.mode != "pipeline":
+        raise _invalid("round", round_index, f"used mode {decision.mode!r}: no pipeline to draw")
+    env = build_environment(config, *vocab_sizes(config))
+    queues = np.zeros(env.scenario.shape)
+    for row in repo.device_rows(session, run.id, round_index):
+        queues[row.cluster, row.device] = row.queue
+    state = observe(env, round_index, queues)
+    try:
+        result = cluster_timeline(state, decision, cluster)
+    except ValueError as err:
+        raise _invalid("round", round_index, f"cannot rebuild the timeline: {err}") from None
+    return TimelineOut(
+        run_id=run.id,
+        round=round_index,
+        cluster=cluster,
+        schedule=config.training.schedule,
+        num_microbatches=decision.clusters[cluster].num_microbatches,
+        makespan_s=result.makespan_s,
+        peak_in_flight=dict(result.peak_in_flight),
+        busy_s=dict(result.busy_s),
+        events=[
+            TimelineEventOut(
+                participant=e.participant,
+                kind=e.kind,
+                microbatch=e.microbatch,
+                start_s=e.start_s,
+                end_s=e.end_s,
+                peer=e.peer,
+            )
+            for e in result.events
+        ],
+    )

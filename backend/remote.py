@@ -1,0 +1,199 @@
+"""``collapipe remote``: submit, list, watch and export runs of a CollaPipe server over HTTP.
+
+The server comes from --server or COLLAPIPE_SERVER (default http://127.0.0.1:8000), the API token
+from --token or COLLAPIPE_TOKEN. Errors print the server's message and field details and exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+remote_app = typer.Typer(no_args_is_help=True, help="Use a CollaPipe server: submit, ls, watch, export")
+console = Console()
+err_console = Console(stderr=True)
+
+Server = Annotated[str, typer.Option(envvar="COLLAPIPE_SERVER", help="server URL")]
+Token = Annotated[str | None, typer.Option(envvar="COLLAPIPE_TOKEN", help="API token")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="print JSON")]
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+def _client(server: str, token: str | None, timeout_s: float | None = 30.0) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=timeout_s)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=code)
+
+
+def _checked(response: httpx.Response) -> httpx.Response:
+    if response.is_success:
+        return response
+    try:
+        error = response.json()["error"]
+        details = error.get("details") or []
+        lines = [error["message"]] + [
+            f"  - {d['field']}: {d['message']} (got {d.get('value')!r})"
+            for d in details
+            if isinstance(d, dict)
+        ]
+    except (ValueError, KeyError, TypeError):
+        lines = [response.text[:500]]
+    raise _fail(f"{response.status_code} from {response.request.url.path}: " + "\n".join(lines))
+
+
+def _request(client: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    try:
+        return _checked(client.request(method, path, **kwargs))
+    except httpx.TransportError as err:
+        raise _fail(f"cannot reach {client.base_url}: {err}") from None
+
+
+@remote_app.command()
+def submit(
+    config_path: Annotated[Path, typer.Argument(help="experiment config (YAML or JSON)")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Validate a config locally, submit it as a run and print the run id."""
+    from collapipe_core.validation import ConfigError, load_config
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as err:
+        raise _fail(f"{config_path}: {err}") from None
+    with _client(server, token) as client:
+        run = _request(
+            client, "POST", "/api/runs", json={"config": config.model_dump(mode="json", by_alias=True)}
+        ).json()
+    print(json.dumps({"run_id": run["id"]}) if json_output else run["id"])
+
+
+@remote_app.command("ls")
+def list_runs(
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    json_output: JsonFlag = False,
+    limit: Annotated[int, typer.Option(help="most recent runs to show")] = 50,
+) -> None:
+    """List the most recent runs."""
+    with _client(server, token) as client:
+        page = _request(client, "GET", "/api/runs", params={"limit": limit}).json()
+    if json_output:
+        print(json.dumps(page["items"]))
+        return
+    table = Table(title=f"runs ({page['total']} in all)")
+    for column in ("id", "name", "status", "rounds", "policy", "executor", "created"):
+        table.add_column(column)
+    for r in page["items"]:
+        table.add_row(
+            str(r["id"]),
+            r["name"],
+            r["status"],
+            f"{r['rounds_done']}/{r['total_rounds']}",
+            r["policy"],
+            r["executor"],
+            r["created_at"][:19],
+        )
+    console.print(table)
+
+
+def _sse(response: httpx.Response) -> Iterator[tuple[str | None, str, dict[str, Any]]]:
+    """(id, event, data) of each event in a text/event-stream response."""
+    event_id: str | None = None
+    kind, data = "message", ""
+    for line in response.iter_lines():
+        if not line:
+            if data:
+                yield event_id, kind, json.loads(data)
+            kind, data = "message", ""
+        elif line.startswith("id:"):
+            event_id = line[3:].strip()
+        elif line.startswith("event:"):
+            kind = line[6:].strip()
+        elif line.startswith("data:"):
+            data += line[5:].strip()
+
+
+@remote_app.command()
+def watch(
+    run_id: Annotated[int, typer.Argument(help="run id")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+) -> None:
+    """Follow a run's live stream with a progress bar; exit 0 if it succeeds, 1 otherwise."""
+    with _client(server, token, timeout_s=None) as client:
+        run = _request(client, "GET", f"/api/runs/{run_id}").json()
+        status, last_id = run["status"], None
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+        )
+        with Progress(*columns, console=err_console) as progress:
+            task = progress.add_task(run["name"], total=run["total_rounds"], completed=0, status=status)
+            while status not in TERMINAL or last_id is None:
+                headers: dict[str, str] = {"Last-Event-ID": last_id} if last_id else {}
+                try:
+                    with client.stream("GET", f"/api/runs/{run_id}/events", headers=headers) as response:
+                        if response.status_code == 204:
+                            break
+                        _checked(response)
+                        for event_id, kind, data in _sse(response):
+                            last_id = event_id or last_id
+                            if kind == "round":
+                                r = data["round"]
+                                progress.update(
+                                    task,
+                                    completed=r["round"] + 1,
+                                    status=f"latency {r['latency_s'] or 0:.3f} s",
+                                )
+                            elif kind == "status":
+                                status = data["status"]
+                                progress.update(task, completed=data["rounds_done"], status=status)
+                    if last_id is None:
+                        break
+                except httpx.TransportError:
+                    continue  # reconnect with Last-Event-ID
+        final = _request(client, "GET", f"/api/runs/{run_id}").json()
+    console.print(
+        f"run {run_id}: {final['status']} ({final['rounds_done']}/{final['total_rounds']} rounds)"
+        + (f" — {final['error']}" if final.get("error") else "")
+    )
+    raise typer.Exit(code=0 if final["status"] == "succeeded" else 1)
+
+
+@remote_app.command()
+def export(
+    run_id: Annotated[int, typer.Argument(help="run id")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    format: Annotated[str, typer.Option(help="csv | parquet")] = "csv",
+    table: Annotated[str, typer.Option(help="rounds | devices")] = "rounds",
+    out: Annotated[
+        Path | None, typer.Option(help="file to write (default run-<id>-<table>.<format>)")
+    ] = None,
+) -> None:
+    """Download a run's records as CSV or Parquet."""
+    with _client(server, token, timeout_s=300) as client:
+        response = _request(
+            client, "GET", f"/api/runs/{run_id}/export", params={"format": format, "table": table}
+        )
+    path = out or Path(f"run-{run_id}-{table}.{format}")
+    path.write_bytes(response.content)
+    err_console.print(f"wrote {path} ({len(response.content)} bytes)", highlight=False)

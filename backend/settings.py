@@ -1,0 +1,58 @@
+"""One ``Settings`` per process, read from the environment (prefix ``COLLAPIPE_``) or a ``.env`` file."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="COLLAPIPE_", env_file=".env", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///./collapipe.db",
+        description="SQLAlchemy URL: sqlite:///FILE (embedded) or postgresql+psycopg://USER@HOST/DB",
+    )
+    executor: Literal["local", "celery"] = Field(
+        default="local", description="local: one spawned process per run inside `serve`; celery: workers"
+    )
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="broker and live streams")
+    artifact_dir: Path = Field(
+        default=Path("./runs"), description="checkpoints (run-<id>/); shared by every worker"
+    )
+    host: str = Field(default="127.0.0.1", description="address `collapipe serve` binds")
+    port: int = Field(default=8000, ge=1, le=65535)
+    bootstrap_token: SecretStr | None = Field(
+        default=None, description="initial admin API token (stored hashed) for automation"
+    )
+    max_parallel_runs: int = Field(default=2, ge=1, description="local executor: runs at the same time")
+    threads_per_run: int | None = Field(
+        default=None, ge=1, description="torch threads in each local run process (default: cores / runs)"
+    )
+    cookie_secure: bool = Field(default=False, description="set Secure on the session cookie (HTTPS)")
+    session_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0, description="browser session lifetime")
+    lease_s: float = Field(default=60.0, gt=0, description="a run's lease; renewed every round and lease/3")
+    dispatch_interval_s: float = Field(default=0.2, gt=0, description="local dispatcher tick")
+    sse_poll_interval_s: float = Field(default=0.1, gt=0, description="DB-tailing live stream poll period")
+    sse_heartbeat_s: float = Field(default=15.0, gt=0, description="SSE keep-alive comment period")
+    dispatcher_factory: str = Field(
+        default="workers.executor:make_dispatcher",
+        description="executor=celery: 'module:callable' taking Settings, returning a RunDispatcher",
+    )
+    channel_factory: str = Field(
+        default="workers.redis_channel:make_channel",
+        description="executor=celery: 'module:callable' taking Settings, returning a LiveChannel",
+    )
+
+    def is_loopback(self) -> bool:
+        """Whether ``host`` only accepts connections from this machine."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False

@@ -1,0 +1,1 @@
+"""Users, roles, browser sessions and API tokens."""

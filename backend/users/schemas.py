@@ -1,0 +1,67 @@
+"""Request and response bodies of the users domain."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from backend.params import MAX_ID
+from backend.text_input import StoredStr
+
+Role = Literal["viewer", "operator", "admin"]
+USERNAME_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"
+
+
+class LoginIn(BaseModel):
+    username: StoredStr = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class UserOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    username: str
+    role: Role
+    must_change_password: bool
+    created_at: datetime
+
+
+class UserCreate(BaseModel):
+    username: str = Field(pattern=USERNAME_PATTERN, description="letters, digits and _ . @ -")
+    password: str = Field(min_length=8, max_length=1024)
+    role: Role = "viewer"
+
+
+class UserUpdate(BaseModel):
+    role: Role | None = None
+    password: str | None = Field(default=None, min_length=8, max_length=1024)
+
+
+class PasswordChange(BaseModel):
+    current_password: str = Field(min_length=1, max_length=1024)
+    new_password: str = Field(min_length=8, max_length=1024)
+
+
+class TokenCreate(BaseModel):
+    name: StoredStr = Field(min_length=1, max_length=100)
+    user_id: int | None = Field(
+        default=None, ge=1, le=MAX_ID, description="owner of the token (default: yourself)"
+    )
+
+
+class TokenOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    user_id: int
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the secret; shown only in this response, stored hashed")

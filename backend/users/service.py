@@ -1,0 +1,201 @@
+"""Rules of users, logins and tokens. Functions flush, never commit (the request boundary commits)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.orm import Session
+
+from backend.db.base import utcnow
+from backend.db.models import ROLES, ApiToken, BrowserSession, User
+from backend.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthenticated
+from backend.users import repository as repo
+from backend.users.schemas import UserCreate, UserUpdate
+from backend.users.security import hash_password, hash_secret, new_password, new_secret, verify_password
+
+ROLE_RANK = {role: rank for rank, role in enumerate(ROLES)}
+TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)  # last_used_at is written at most this often
+
+
+def has_role(user: User, role: str) -> bool:
+    return ROLE_RANK[user.role] >= ROLE_RANK[role]
+
+
+def authenticate(session: Session, username: str, password: str) -> User:
+    user = repo.get_user_by_name(session, username)
+    if user is None or not verify_password(user.password_hash, password):
+        raise Unauthenticated("wrong username or password")
+    return user
+
+
+def start_session(session: Session, user: User, ttl_s: float) -> str:
+    """Create a browser session; returns the cookie value (only its hash is stored)."""
+    secret = new_secret("cps_")
+    now = utcnow()
+    repo.delete_expired_sessions(session, now)
+    repo.add_session(
+        session,
+        BrowserSession(
+            user_id=user.id, token_hash=hash_secret(secret), expires_at=now + timedelta(seconds=ttl_s)
+        ),
+    )
+    return secret
+
+
+def end_session(session: Session, secret: str) -> None:
+    repo.delete_session(session, hash_secret(secret))
+
+
+def user_for_session(session: Session, secret: str) -> User | None:
+    found = repo.get_session_by_hash(session, hash_secret(secret))
+    if found is None or found.expires_at < utcnow():
+        return None
+    return repo.get_user(session, found.user_id)
+
+
+def user_for_token(session: Session, secret: str) -> User | None:
+    token = repo.get_token_by_hash(session, hash_secret(secret))
+    if token is None or token.revoked_at is not None:
+        return None
+    now = utcnow()
+    if token.last_used_at is None or now - token.last_used_at > TOKEN_TOUCH_INTERVAL:
+        repo.touch_token(session, token.id, now)
+    return repo.get_user(session, token.user_id)
+
+
+def get_user(session: Session, user_id: int) -> User:
+    user = repo.get_user(session, user_id)
+    if user is None:
+        raise NotFound(f"no user with id {user_id}")
+    return user
+
+
+def list_users(session: Session) -> list[User]:
+    return repo.list_users(session)
+
+
+def create_user(session: Session, body: UserCreate) -> User:
+    if repo.get_user_by_name(session, body.username) is not None:
+        raise Conflict(f"username {body.username!r} is taken; choose another")
+    user = User(username=body.username, password_hash=hash_password(body.password), role=body.role)
+    return repo.add_user(session, user)
+
+
+def update_user(session: Session, actor: User, user_id: int, body: UserUpdate) -> User:
+    user = get_user(session, user_id)
+    if body.role is not None and body.role != user.role:
+        if user.id == actor.id:
+            raise Conflict("you cannot change your own role; ask another admin")
+        if user.role == "admin" and repo.count_admins(session) <= 1:
+            raise Conflict("cannot demote the last admin; make another user admin first")
+        user.role = body.role
+        repo.delete_user_sessions(session, user.id)
+    if body.password is not None:
+        user.password_hash = hash_password(body.password)
+        user.must_change_password = True  # set by an admin: the user should choose their own
+        repo.delete_user_sessions(session, user.id)
+    session.flush()
+    return user
+
+
+def delete_user(session: Session, actor: User, user_id: int) -> None:
+    user = get_user(session, user_id)
+    if user.id == actor.id:
+        raise Conflict("you cannot delete yourself; ask another admin")
+    if user.role == "admin" and repo.count_admins(session) <= 1:
+        raise Conflict("cannot delete the last admin")
+    repo.delete_user(session, user)
+
+
+def change_password(session: Session, user: User, current: str, new: str) -> None:
+    if not verify_password(user.password_hash, current):
+        raise InvalidInput(
+            "current_password is wrong",
+            [{"field": "current_password", "value": None, "message": "does not match"}],
+        )
+    if current == new:
+        raise InvalidInput(
+            "new_password must differ from the current one",
+            [{"field": "new_password", "value": None, "message": "same as current_password"}],
+        )
+    user.password_hash = hash_password(new)
+    user.must_change_password = False
+    session.flush()
+
+
+def create_token(session: Session, actor: User, name: str, user_id: int | None) -> tuple[ApiToken, str]:
+    owner = actor if user_id is None else get_user(session, user_id)
+    if owner.id != actor.id and not has_role(actor, "admin"):
+        raise Forbidden("only an admin can create tokens for other users")
+    secret = new_secret()
+    token = repo.add_token(session, ApiToken(user_id=owner.id, name=name, token_hash=hash_secret(secret)))
+    return token, secret
+
+
+def list_tokens(session: Session) -> list[ApiToken]:
+    return repo.list_tokens(session)
+
+
+def revoke_token(session: Session, token_id: int) -> ApiToken:
+    token = repo.get_token(session, token_id)
+    if token is None:
+        raise NotFound(f"no token with id {token_id}")
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+        session.flush()
+    return token
+
+
+def reset_password(session: Session, username: str) -> str:
+    """A new random password for ``username`` (they must change it); ends their sessions."""
+    user = repo.get_user_by_name(session, username)
+    if user is None:
+        raise ValueError(f"no user named {username!r}")
+    password = new_password()
+    user.password_hash = hash_password(password)
+    user.must_change_password = True
+    repo.delete_user_sessions(session, user.id)
+    session.flush()
+    return password
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    admin_username: str | None  # set when an admin was created now
+    admin_password: str | None  # its one-time password, to print once
+    token_installed: bool
+
+
+def bootstrap(session: Session, bootstrap_token: str | None) -> Bootstrap:
+    """First start: create an admin with a random password; install the bootstrap token (hashed)."""
+    username = password = None
+    if repo.count_users(session) == 0:
+        username, password = "admin", new_password()
+        repo.add_user(
+            session,
+            User(
+                username=username,
+                password_hash=hash_password(password),
+                role="admin",
+                must_change_password=True,
+            ),
+        )
+    installed = False
+    if bootstrap_token:
+        if len(bootstrap_token) < 16:
+            raise ValueError("COLLAPIPE_BOOTSTRAP_TOKEN must be at least 16 characters; use a random string")
+        digest = hash_secret(bootstrap_token)
+        existing = repo.get_token_by_hash(session, digest)
+        if existing is None:
+            admins = [u for u in repo.list_users(session) if u.role == "admin"]
+            if not admins:
+                raise ValueError("COLLAPIPE_BOOTSTRAP_TOKEN is set but there is no admin to own it")
+            repo.add_token(session, ApiToken(user_id=admins[0].id, name="bootstrap", token_hash=digest))
+        installed = existing is None or existing.revoked_at is None  # a revoked one stays revoked
+    return Bootstrap(username, password, installed)
+
+
+def auth_is_set_up(session: Session, bootstrap_token_set: bool) -> bool:
+    """Whether a non-loopback bind is safe: an admin chose a password, or a bootstrap token exists."""
+    return bootstrap_token_set or repo.has_ready_admin(session)

@@ -1,0 +1,69 @@
+"""Small experiment configs and helpers shared by the backend tests."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+TINY_CONFIG: dict[str, Any] = {
+    "name": "tiny",
+    "seed": 3,
+    "executor": "analytic",
+    "network": {"num_clusters": 2, "devices_per_cluster": 3, "energy_budget_j": 0.05},
+    "model": {
+        "kind": "classifier",
+        "d_model": 16,
+        "num_heads": 2,
+        "ffn_dim": 32,
+        "num_encoder_blocks": 4,
+        "seq_len": 12,
+    },
+    "data": {"dataset": "synthetic-parity", "samples_per_cluster": 64, "eval_samples": 64},
+    "training": {"rounds": 5, "local_iterations": 2, "microbatch_size": 4, "lr": 0.01},
+    "scheduler": {"policy": "uniform", "num_microbatches": 2, "max_microbatches": 4},
+}
+
+
+def tiny_config(**sections: Any) -> dict[str, Any]:
+    """The tiny config with ``sections`` merged in (dicts update their section, values replace)."""
+    data = copy.deepcopy(TINY_CONFIG)
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return data
+
+
+def insert_run(factory: Any, config: dict[str, Any] | None = None, **fields: Any) -> int:
+    """A queued run row for ``config`` (default the tiny config); returns its id."""
+    from backend.db.models import Run
+
+    config = config or tiny_config()
+    values: dict[str, Any] = {
+        "name": config.get("name", "run"),
+        "config": config,
+        "status": "queued",
+        "total_rounds": config["training"]["rounds"],
+        "policy": config["scheduler"]["policy"],
+        "executor": config["executor"],
+    }
+    values.update(fields)
+    with factory() as session:
+        run = Run(**values)
+        session.add(run)
+        session.commit()
+        return int(run.id)
+
+
+def stored_records(factory: Any, run_id: int) -> list[dict[str, Any]]:
+    """The run's round records in round order, without wall-clock fields (solve_time_s)."""
+    from sqlalchemy import select
+
+    from backend.db.models import RoundMetric
+
+    with factory() as session:
+        records = session.scalars(
+            select(RoundMetric.record).where(RoundMetric.run_id == run_id).order_by(RoundMetric.round)
+        ).all()
+    return [{k: v for k, v in r.items() if k != "solve_time_s"} for r in records]

@@ -1,0 +1,95 @@
+"""Migrations: empty → head → one step down → head, on SQLite and PostgreSQL; models match (alembic check).
+
+Also: a SQLite migration runs with foreign keys off, so a batch rebuild of a parent table keeps the
+child rows (they would be cascade-deleted with foreign keys on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.operations import Operations
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+from backend.db.engine import make_engine
+from backend.migrations import alembic_config, downgrade, upgrade_to_head
+from tests.backend.databases import postgres_schema, sqlite_url
+
+TABLES = {
+    "users",
+    "api_tokens",
+    "sessions",
+    "experiments",
+    "runs",
+    "round_metrics",
+    "device_metrics",
+    "run_events",
+    "alembic_version",
+}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield sqlite_url(tmp_path, create_tables=False)
+    else:
+        with postgres_schema(request.getfixturevalue("pg_database"), create_tables=False) as url:
+            yield url
+
+
+def _tables(url: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_downgrade_upgrade_and_check(empty_database: str) -> None:
+    upgrade_to_head(empty_database)
+    assert _tables(empty_database) == TABLES
+    command.check(alembic_config(empty_database))  # raises if models and migrations disagree
+    downgrade(empty_database, "-1")
+    assert _tables(empty_database) <= {"alembic_version"}
+    upgrade_to_head(empty_database)
+    assert _tables(empty_database) == TABLES
+    command.check(alembic_config(empty_database))
+
+
+def test_a_sqlite_batch_rebuild_of_runs_keeps_child_rows(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path, create_tables=False)
+    upgrade_to_head(url)
+    engine = make_engine(url)  # foreign_keys=ON like the app
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO runs (id, name, config, status, created_at, rounds_done, total_rounds, "
+                    "cancel_requested, attempt, policy, executor) "
+                    "VALUES (1, 'r', '{}', 'queued', '2026-01-01 00:00:00', 0, 1, 0, 0, "
+                    "'uniform', 'analytic')"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO round_metrics (run_id, round, record, latency_s, objective, created_at) "
+                    "VALUES (1, 0, '{}', 1.0, 1.0, '2026-01-01 00:00:00')"
+                )
+            )
+        with engine.connect() as connection:
+            connection.exec_driver_sql("PRAGMA foreign_keys=OFF")  # what alembic/env.py does
+            context = MigrationContext.configure(connection, opts={"render_as_batch": True})
+            with (
+                Operations.context(context),
+                Operations(context).batch_alter_table("runs", recreate="always"),
+            ):
+                pass
+            connection.commit()
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM round_metrics")).scalar() == 1
+    finally:
+        engine.dispose()

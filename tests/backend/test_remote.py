@@ -1,0 +1,81 @@
+"""`collapipe remote`: submit, ls, watch, export against a real server; errors exit 2 with the reason."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from fastapi import FastAPI
+from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
+
+from backend.live.db_channel import DbEventChannel
+from backend.remote import remote_app
+from backend.runs.execution import execute_run
+from tests.backend.builders import tiny_config
+from tests.backend.conftest import RecordingDispatcher, add_user
+from tests.backend.live_server import serve
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def server(
+    app_factory: Callable[..., FastAPI],
+    session_factory: sessionmaker[Session],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[str]:
+    _, token = add_user(session_factory, "op", "operator")
+    with serve(app_factory(RecordingDispatcher())) as url:
+        monkeypatch.setenv("COLLAPIPE_SERVER", url)
+        monkeypatch.setenv("COLLAPIPE_TOKEN", token)
+        yield url
+
+
+def _config_file(tmp_path: Path, **sections: object) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(tiny_config(**sections)))
+    return path
+
+
+def test_submit_ls_watch_export(server: str, tmp_path: Path, session_factory: sessionmaker[Session]) -> None:
+    submitted = runner.invoke(remote_app, ["submit", str(_config_file(tmp_path)), "--json"])
+    assert submitted.exit_code == 0, submitted.output
+    run_id = json.loads(submitted.stdout)["run_id"]
+    listed = runner.invoke(remote_app, ["ls", "--json"])
+    assert [r["id"] for r in json.loads(listed.stdout)] == [run_id]
+
+    def work() -> None:
+        execute_run(
+            run_id, session_factory, DbEventChannel(session_factory), claimant="t", artifact_dir=tmp_path
+        )
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    watched = runner.invoke(remote_app, ["watch", str(run_id)])
+    worker.join()
+    assert watched.exit_code == 0, watched.output
+    assert f"run {run_id}: succeeded (5/5 rounds)" in watched.stdout
+    out = tmp_path / "rounds.parquet"
+    exported = runner.invoke(remote_app, ["export", str(run_id), "--format", "parquet", "--out", str(out)])
+    assert exported.exit_code == 0, exported.output
+    assert pq.read_table(out).num_rows == 5
+
+
+def test_a_bad_config_fails_locally_with_the_field(server: str, tmp_path: Path) -> None:
+    result = runner.invoke(remote_app, ["submit", str(_config_file(tmp_path, seed=-1))])
+    assert result.exit_code == 2 and "seed" in result.output
+
+
+def test_a_bad_token_is_reported(server: str, tmp_path: Path) -> None:
+    result = runner.invoke(remote_app, ["ls", "--token", "cp_wrong"])
+    assert result.exit_code == 2 and "401" in result.output and "unknown or revoked" in result.output
+
+
+def test_an_unreachable_server_is_reported(tmp_path: Path) -> None:
+    result = runner.invoke(remote_app, ["ls", "--server", "http://127.0.0.1:9"])
+    assert result.exit_code == 2 and "cannot reach" in result.output
