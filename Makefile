@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck imports pytest bench clean setup
+.PHONY: run quickstart test lint typecheck imports pytest browser services bench clean setup
 
 setup: $(STAMP)
 
@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
+	$(BIN)/collapipe serve
+
+quickstart: $(STAMP)
 	$(BIN)/collapipe run examples/quickstart.yaml --out runs/quickstart
 
 lint: $(STAMP)
@@ -30,7 +33,11 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
-pytest: $(STAMP)
+# Debian's chromium for the dashboard tests (Playwright drives it; no browser download)
+browser:
+	command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium)
+
+pytest: $(STAMP) browser
 	$(BIN)/pytest
 
 test: lint typecheck imports pytest
