@@ -1,0 +1,91 @@
+"""The reaper: stale running runs go back to the queue; queued runs whose message was lost are resent."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.live.channel import MemoryChannel
+from tests.workers.builders import add_run, get_run
+from workers.executor import CeleryRunExecutor
+from workers.reaper import Reaper, run_forever
+from workers.settings import WorkerSettings
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
+
+@pytest.fixture
+def reaper(settings: WorkerSettings, session_factory: sessionmaker[Session]) -> Iterator[Reaper]:
+    dispatcher = CeleryRunExecutor.from_settings(settings, session_factory)
+    yield Reaper(session_factory, dispatcher, MemoryChannel())
+    dispatcher.app.close()
+    dispatcher.redis.close()
+
+
+def _sent(settings: WorkerSettings) -> list[int]:
+    """Run ids of the messages waiting in the run queue, oldest first."""
+    import base64
+
+    client: Any = redis.Redis.from_url(settings.redis_url)
+    raw = client.lrange(settings.redis_key_prefix + settings.run_queue, 0, -1)
+    client.close()
+    return [json.loads(base64.b64decode(json.loads(m)["body"]))[0][0] for m in reversed(raw)]
+
+
+def test_a_run_whose_lease_expired_is_requeued_announced_and_sent(
+    reaper: Reaper, session_factory: sessionmaker[Session], settings: WorkerSettings
+) -> None:
+    stale = add_run(session_factory, status="running", lease_owner="dead:1:t", lease_in_s=-2, rounds_done=2)
+    live = add_run(session_factory, status="running", lease_owner="alive:1:t", lease_in_s=30)
+    report = reaper.sweep()
+    assert (report.requeued, report.resent) == ([stale], [])
+    assert get_run(session_factory, stale).status == "queued"
+    assert get_run(session_factory, live).status == "running"
+    assert _sent(settings) == [stale]
+    channel = reaper.channel
+    assert isinstance(channel, MemoryChannel)
+    [event] = channel._after(stale, None)
+    assert (event.kind, event.data["status"], event.data["rounds_done"]) == ("status", "queued", 2)
+
+
+def test_a_queued_run_without_a_message_is_resent_on_the_second_sweep(
+    reaper: Reaper, session_factory: sessionmaker[Session], settings: WorkerSettings
+) -> None:
+    lost = add_run(session_factory)  # committed, but its enqueue never happened
+    waiting = add_run(session_factory)
+    reaper.dispatcher.enqueue(waiting)
+    assert reaper.sweep().resent == []  # first sighting: maybe an enqueue in progress
+    assert reaper.sweep().resent == [lost]
+    assert _sent(settings) == [waiting, lost]
+    assert reaper.sweep().resent == []  # marked now
+
+
+def test_finished_runs_are_left_alone(
+    reaper: Reaper, session_factory: sessionmaker[Session], settings: WorkerSettings
+) -> None:
+    for status in ("succeeded", "failed", "cancelled"):
+        add_run(session_factory, status=status)
+    reaper.sweep()
+    assert reaper.sweep() == type(reaper.sweep())([], [])
+    assert _sent(settings) == []
+
+
+def test_the_loop_survives_a_failing_sweep(reaper: Reaper, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    stop = threading.Event()
+
+    def flaky_sweep() -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            stop.set()
+        raise ConnectionError("database down")
+
+    monkeypatch.setattr(reaper, "sweep", flaky_sweep)
+    run_forever(reaper, 0.01, stop)
+    assert len(calls) == 3

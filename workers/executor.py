@@ -1,0 +1,104 @@
+"""``CeleryRunExecutor``: the API's ``RunDispatcher`` when ``COLLAPIPE_EXECUTOR=celery``.
+
+``enqueue`` is called after the run's row is committed (``backend.db.transaction.after_commit``):
+it marks the run in the dispatch ledger and sends ``run_experiment(run_id)`` with a task id made of
+the run id and the attempt the message will start. Sending may be repeated: the run row's lease
+makes every extra delivery a no-op.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import redis
+from celery import Celery
+from sqlalchemy import Engine
+
+from backend.db.engine import SessionFactory, make_engine, make_session_factory
+from backend.runs import repository as runs
+from backend.settings import Settings
+from workers.celery_config import RUN_TASK, create_celery_app
+from workers.dispatch_ledger import DispatchLedger
+from workers.settings import WorkerSettings, worker_settings_from
+
+
+def task_id_for(run_id: int, attempt: int) -> str:
+    """``run-<id>-attempt-<n>-<random>``: readable in logs and Flower, unique per message."""
+    return f"run-{run_id}-attempt-{attempt}-{secrets.token_hex(3)}"
+
+
+class CeleryRunExecutor:
+    def __init__(
+        self,
+        app: Celery,
+        session_factory: SessionFactory,
+        ledger: DispatchLedger,
+        queue: str,
+        redis_client: redis.Redis,
+        queue_key: str | None = None,
+    ) -> None:
+        self.app = app
+        self.session_factory = session_factory
+        self.ledger = ledger
+        self.queue = queue
+        self.redis = redis_client
+        self.queue_key = queue_key or queue  # the Redis list kombu keeps the queue in
+        self.owned_engine: Engine | None = None  # disposed on stop when the dispatcher made it
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings, session_factory: SessionFactory) -> CeleryRunExecutor:
+        client = redis.Redis.from_url(
+            settings.redis_url, decode_responses=True, socket_timeout=5.0, socket_connect_timeout=5.0
+        )
+        return cls(
+            create_celery_app(settings),
+            session_factory,
+            DispatchLedger(client, ttl_s=2 * settings.visibility_timeout_s, prefix=settings.redis_key_prefix),
+            settings.run_queue,
+            client,
+            queue_key=settings.redis_key_prefix + settings.run_queue,
+        )
+
+    async def start(self) -> None:
+        """Nothing to start: workers consume the queue and the reaper service recovers stale runs."""
+
+    async def stop(self) -> None:
+        self.app.close()
+        self.redis.close()
+        if self.owned_engine is not None:
+            self.owned_engine.dispose()
+
+    def enqueue(self, run_id: int) -> None:
+        """Send ``run_experiment(run_id)``; the row must already be committed."""
+        with self.session_factory() as session:
+            run = runs.get(session, run_id)
+            attempt = (run.attempt if run is not None else 0) + 1
+        task_id = task_id_for(run_id, attempt)
+        self.ledger.mark(run_id, task_id)
+        try:
+            self.app.signature(RUN_TASK, args=(run_id,)).apply_async(task_id=task_id, queue=self.queue)
+        except Exception:
+            self.ledger.clear(run_id, task_id)  # the reaper resends runs without a mark
+            raise
+
+    def check_ready(self) -> str | None:
+        try:
+            self.redis.ping()
+        except redis.RedisError as err:
+            return f"the Redis broker is unreachable ({err})"
+        return None
+
+    def queue_depth(self) -> int | None:
+        try:
+            return int(self.redis.llen(self.queue_key))
+        except redis.RedisError:
+            return None
+
+
+def make_dispatcher(settings: Settings) -> CeleryRunExecutor:
+    """``COLLAPIPE_DISPATCHER_FACTORY`` target: a Celery dispatcher with its own small DB pool."""
+    worker_settings = worker_settings_from(settings)
+    engine = make_engine(worker_settings.database_url)
+    dispatcher = CeleryRunExecutor.from_settings(worker_settings, make_session_factory(engine))
+    dispatcher.owned_engine = engine
+    return dispatcher
