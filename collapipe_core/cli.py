@@ -47,7 +47,7 @@ def _load(path: Path, overrides: dict[str, Any]) -> Any:
 @app.command()
 def run(
     config_path: ConfigPath,
-    executor: Annotated[str | None, typer.Option(help="analytic | simulated")] = None,
+    executor: Annotated[str | None, typer.Option(help="analytic | simulated | distributed")] = None,
     rounds: Annotated[int | None, typer.Option(help="override training.rounds")] = None,
     policy: Annotated[str | None, typer.Option(help="override scheduler.policy")] = None,
     json_output: Annotated[

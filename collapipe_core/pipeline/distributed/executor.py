@@ -1,0 +1,260 @@
+"""The ``distributed`` executor: every CU, device and edge server is its own torch.distributed rank.
+
+Same semantics as :class:`~collapipe_core.pipeline.simulated.SimulatedExecutor` — same batches (drawn
+from the same seeds), one optimizer state per cluster kept across rounds, FedAvg weighted by data size,
+evaluation of the global model on the held-out set in the driver — so a run's records equal the
+simulated run's (with dropout 0; see docs/distributed.md), plus what was measured on each rank.
+
+The driver keeps the global weights and every cluster's optimizer state (as the simulated executor
+does, and as the checkpoint needs them after every round). Each round it ships every scheduled rank
+its stage's weights and optimizer state — moving blocks between devices moves their weights and
+optimizer state — and its inputs; the ranks train, average with a collective over the clusters' CUs,
+and send back the averaged model and their optimizer states. Ranks keep no model state between rounds,
+so a failed round leaves the driver's state as it was before it, and a resume needs nothing but the
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from collapipe_core.config import ExperimentConfig
+from collapipe_core.costmodel import link_rate_bps
+from collapipe_core.data import PAD_ID, DatasetBundle, batch_indices
+from collapipe_core.decision import Decision
+from collapipe_core.models import EncoderStackModel, build_model
+from collapipe_core.pipeline.distributed import protocol as p
+from collapipe_core.pipeline.distributed.launch import WorkerPool
+from collapipe_core.pipeline.distributed.plan import (
+    ClusterPlan,
+    Layout,
+    merge_optimizer_states,
+    plan_round,
+    slice_optimizer_state,
+)
+from collapipe_core.pipeline.distributed.stages import stage_module
+from collapipe_core.pipeline.executor import TrainingOutcome
+from collapipe_core.pipeline.quality import evaluate_model
+from collapipe_core.pipeline.simulated import make_optimizer
+from collapipe_core.state import RoundState
+
+
+@dataclass(frozen=True)
+class DistributedOptions:
+    """How the ranks run. The defaults suit one host; docs/distributed.md explains each."""
+
+    backend: str | None = None  # None: "nccl" when CUDA is available, else "gloo"
+    timeout_s: float = 120.0  # every collective and p2p (and so the longest a dead peer can stall a rank)
+    startup_timeout_s: float = 300.0  # all ranks up and in the process group
+    failure_grace_s: float = 2.0  # after the first failure, how long to collect the other ranks' reports
+    link_emulation: bool = False  # slow every pipeline transfer to the modeled link rate
+    concurrent_clusters: bool = False  # False: clusters train one after the other (clean timings)
+    track_tensor_bytes: bool = True  # the TorchDispatchMode tracker (costs Python time per op)
+    report_gradients: bool = False  # ranks send their last gradients back (tests)
+    master_addr: str = "127.0.0.1"  # where the driver's rendezvous store listens
+    master_port: int = 0  # 0: any free port
+    local_ranks: tuple[int, ...] | None = None  # ranks this host starts; None: all of them
+
+
+def _seed(*words: int) -> int:
+    return int(np.random.SeedSequence(list(words)).generate_state(1)[0])
+
+
+class DistributedExecutor:
+    name = "distributed"
+
+    def __init__(
+        self, config: ExperimentConfig, bundle: DatasetBundle, options: DistributedOptions | None = None
+    ) -> None:
+        self.config = config
+        self.bundle = bundle
+        self.options = options or DistributedOptions()
+        self.model: EncoderStackModel = build_model(
+            config.model, bundle.src_vocab_size, bundle.tgt_vocab_size, config.seed
+        )
+        self.global_state = copy.deepcopy(self.model.state_dict())
+        self.optimizer_states: list[dict[str, Any] | None] = [None] * len(bundle.shards)
+        self.layout = Layout(config.network.num_clusters, config.network.devices_per_cluster)
+        self.param_names = [name for name, _ in self.model.named_parameters()]
+        self.param_groups = make_optimizer(config, self.model).state_dict()["param_groups"]
+        self.last_gradients: list[dict[str, torch.Tensor]] = []  # per cluster (report_gradients)
+        self.last_details: dict[str, dict[str, list[float]]] = {}  # per participant, per micro-batch
+        self._pool: WorkerPool | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    # -- the Executor interface -------------------------------------------------------------------
+
+    def execute(self, state: RoundState, decision: Decision) -> TrainingOutcome:
+        plans = plan_round(self.layout, decision, state.settings.schedule)
+        tasks = self._tasks(state, decision, plans)
+        pool = self._ensure_pool()
+        try:
+            reports = pool.run(tasks, state.round_index)
+        except BaseException:
+            self.close(kill=True)  # the ranks are in an unknown state; the next round starts new ones
+            raise
+        return self._outcome(state, plans, reports)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"global_state": self.global_state, "optimizer_states": self.optimizer_states}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.global_state = state["global_state"]
+        self.optimizer_states = list(state["optimizer_states"])
+        self.model.load_state_dict(self.global_state)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def close(self, kill: bool = False) -> None:
+        """Stop the ranks (they are started again by the next ``execute``)."""
+        pool, self._pool = self._pool, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if pool is not None:
+            if kill:
+                pool.kill()
+            else:
+                pool.stop()
+
+    def __enter__(self) -> DistributedExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ensure_pool(self) -> WorkerPool:
+        if self._pool is None:
+            o = self.options
+            backend = o.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+            spec = p.WorldSpec(
+                config_json=self.config.model_dump_json(by_alias=True),
+                src_vocab_size=self.bundle.src_vocab_size,
+                tgt_size=self.bundle.tgt_vocab_size,
+                layout=self.layout,
+                backend=backend,
+                timeout_s=o.timeout_s,
+                concurrent_clusters=o.concurrent_clusters,
+                track_tensor_bytes=o.track_tensor_bytes,
+                report_gradients=o.report_gradients,
+            )
+            self._pool = WorkerPool(
+                spec,
+                master_addr=o.master_addr,
+                master_port=o.master_port,
+                local_ranks=o.local_ranks,
+                startup_timeout_s=o.startup_timeout_s,
+                grace_s=o.failure_grace_s,
+            )
+            self._finalizer = weakref.finalize(self, WorkerPool.stop, self._pool)
+        return self._pool
+
+    # -- a round -----------------------------------------------------------------------------------
+
+    def _tasks(
+        self, state: RoundState, decision: Decision, plans: tuple[ClusterPlan, ...]
+    ) -> dict[int, p.RankTask]:
+        t, b = state.round_index, state.settings.microbatch_size
+        sc = state.scenario
+        rates = link_rate_bps(
+            decision.bandwidth_share(),
+            decision.power_w(),
+            state.gain,
+            sc.bandwidth_hz,
+            sc.noise_density_w_per_hz,
+        )
+        sizes = tuple(len(shard) for shard in self.bundle.shards)
+        tasks: dict[int, p.RankTask] = {}
+        for plan in plans:
+            n = plan.cluster
+            shard = self.bundle.shards[n]
+            batches = []
+            for it in range(state.settings.local_iterations):
+                idx = batch_indices(len(shard), plan.num_microbatches * b, (self.config.seed, t, n, it))
+                src, tgt = shard.src[idx], shard.tgt[idx]
+                batches.append({"src": src, "src_mask": src != PAD_ID, "tgt": tgt})
+            for rank in plan.ranks:
+                _, role, k = self.layout.locate(rank)
+                block_range = plan.block_ranges.get(rank)
+                names = [name for name, _ in stage_module(self.model, role, block_range).named_parameters()]
+                wanted = {"cu": ("src",), "device": ("src_mask",), "edge": ("src_mask", "tgt")}[role]
+                rate: float | None = None
+                if self.options.link_emulation:
+                    rate = {
+                        "cu": sc.cu_link_rate_bps,
+                        "device": float(rates[n, k]),
+                        "edge": sc.edge_downlink_rate_bps,
+                    }[role]
+                stage = p.StageTask(
+                    cluster=n,
+                    role=role,
+                    block_range=block_range,
+                    weights={name: self.global_state[name] for name in names},
+                    optimizer_state=slice_optimizer_state(self.optimizer_states[n], self.param_names, names),
+                    batches=[{key: batch[key] for key in wanted} for batch in batches],
+                    dropout_seed=_seed(self.config.seed, t, n, 0xD0, plan.stage_index(rank)),
+                    send_rate_bps=rate,
+                    data_sizes=sizes if role == "cu" else (),
+                )
+                tasks[rank] = self._task(state, plans, stage)
+        for rank in range(self.layout.world_size):
+            tasks.setdefault(rank, self._task(state, plans, None))
+        return tasks
+
+    def _task(
+        self, state: RoundState, plans: tuple[ClusterPlan, ...], stage: p.StageTask | None
+    ) -> p.RankTask:
+        return p.RankTask(
+            seq=-1,  # the pool numbers the rounds it hands out
+            round_index=state.round_index,
+            plans=plans,
+            stage=stage,
+            microbatch_size=state.settings.microbatch_size,
+            bytes_per_element=self.config.model.bytes_per_element,
+        )
+
+    def _outcome(
+        self, state: RoundState, plans: tuple[ClusterPlan, ...], reports: dict[int, p.RankReport]
+    ) -> TrainingOutcome:
+        averaged = reports[self.layout.cu_rank(0)].averaged_state
+        if averaged is None or list(averaged) != list(self.global_state):
+            raise RuntimeError("the CU of cluster 0 did not return the averaged model")
+        losses, gradients, details = [], [], {}
+        measured: dict[str, dict[str, float]] = {}
+        optimizer_states: list[dict[str, Any] | None] = []
+        for plan in plans:
+            optimizer_states.append(
+                merge_optimizer_states(
+                    [reports[r].optimizer_state for r in plan.ranks], self.param_names, self.param_groups
+                )
+            )
+            cluster_loss = 0.0
+            for step in reports[plan.ranks[-1]].losses:  # the edge server's, as accumulate_microbatches sums
+                total = 0.0
+                for loss in step:
+                    total += loss
+                cluster_loss += total / plan.num_microbatches
+            losses.append(cluster_loss / state.settings.local_iterations)
+            grads: dict[str, torch.Tensor] = {}
+            for rank in plan.ranks:
+                grads.update(reports[rank].gradients)
+                measured[self.layout.participant_id(rank)] = dict(reports[rank].measured)
+                details[self.layout.participant_id(rank)] = reports[rank].details
+            gradients.append(grads)
+        self.global_state = averaged
+        self.optimizer_states = optimizer_states
+        self.last_gradients = gradients
+        self.last_details = details
+        self.model.load_state_dict(self.global_state)
+        eval_loss, metrics = evaluate_model(self.model, self.bundle.eval)
+        sizes = [len(shard) for shard in self.bundle.shards]
+        train_loss = float(np.average(losses, weights=sizes))
+        return TrainingOutcome(
+            train_loss=train_loss, eval_loss=eval_loss, eval_metrics=metrics, measured=measured
+        )
