@@ -11,8 +11,11 @@ from pydantic import BaseModel
 from backend.config_input import normalized, validated_config
 from backend.deps import ViewerUser
 from backend.errors import ERROR_RESPONSES
+from backend.jsonsafe import sanitize
 from collapipe_core.config import config_json_schema
 from collapipe_core.metrics import METRICS
+from collapipe_core.runner import Runner
+from collapipe_core.sinks import MemorySink
 
 router = APIRouter(prefix="/api/config", tags=["config"], responses=ERROR_RESPONSES)
 
@@ -35,6 +38,20 @@ def schema(_user: ViewerUser) -> dict[str, Any]:
 def validate(config: dict[str, Any], _user: ViewerUser) -> dict[str, Any]:
     """Check a config without storing it; 422 names every problem. Returns the config with defaults."""
     return normalized(validated_config(config))
+
+
+@router.post("/preflight")
+def preflight(config: dict[str, Any], _user: ViewerUser) -> dict[str, Any]:
+    """Round 0 of the config's policy on the cost model, before launching: {"round": ..., "devices": [...]}
+    with modeled latency, energy and memory per device (against capacity and budget). 422 as /validate."""
+    checked = validated_config(config)
+    analytic = checked.model_copy(
+        update={"executor": "analytic", "training": checked.training.model_copy(update={"rounds": 1})}
+    )
+    sink = MemorySink()
+    Runner(analytic, sink).run()
+    result: dict[str, Any] = sanitize(sink.results[0].to_json())
+    return result
 
 
 @router.get("/metrics")

@@ -42,6 +42,7 @@ MATRIX = [
     Endpoint("POST", "/api/auth/logout", "viewer"),
     Endpoint("GET", "/api/config/schema", "viewer"),
     Endpoint("POST", "/api/config/validate", "viewer", tiny_config()),
+    Endpoint("POST", "/api/config/preflight", "viewer", tiny_config()),
     Endpoint("GET", "/api/config/metrics", "viewer"),
     Endpoint("GET", "/api/experiments", "viewer"),
     Endpoint("GET", "/api/experiments/{experiment}", "viewer"),

@@ -42,3 +42,16 @@ def test_unknown_routes_use_the_error_shape(api: Api) -> None:
     response = api.client.get("/api/nope", headers=api.as_("viewer"))
     assert response.status_code == 404
     assert response.json() == {"error": {"code": "http_404", "message": "Not Found", "details": None}}
+
+
+def test_preflight_models_round_zero_of_the_chosen_policy(api: Api) -> None:
+    config = tiny_config()
+    body = api.client.post("/api/config/preflight", json=config, headers=api.as_("viewer")).json()
+    assert body["round"]["round"] == 0 and body["round"]["latency_s"] > 0
+    devices = body["devices"]
+    assert devices and all(d["memory_capacity_bytes"] > 0 and d["energy_budget_j"] > 0 for d in devices)
+    assert sum(d["num_blocks"] for d in devices if d["cluster"] == 0) == config["model"]["num_encoder_blocks"]
+    bad = {**config, "channel": {"bandwidth_hz": -1}}
+    refused = api.client.post("/api/config/preflight", json=bad, headers=api.as_("viewer"))
+    assert refused.status_code == 422
+    assert any("bandwidth_hz" in d["field"] for d in refused.json()["error"]["details"])

@@ -1,0 +1,124 @@
+// Cancel, resume, fork and delete of a run — shown only to roles that may use them
+// (operator: cancel/resume/fork; admin: delete). The API refuses them anyway.
+
+import { del, post } from './api.js';
+import { h, toast, uid } from './dom.js';
+import { can } from './session.js';
+import { showErrors, clearErrors } from './form/errors.js';
+
+const ACTIVE = ['queued', 'running'];
+const RESUMABLE = ['failed', 'cancelled'];
+
+export function runActions(run, { onChanged = () => {} } = {}) {
+  const box = h('div.actions');
+  if (!can('operator')) return box;
+  const act = async (button, fn) => {
+    button.disabled = true;
+    try {
+      await fn();
+      onChanged();
+    } catch (error) {
+      toast(error.message);
+    } finally {
+      button.disabled = false;
+    }
+  };
+  if (ACTIVE.includes(run.status)) {
+    const label = run.cancel_requested ? 'Cancelling…' : 'Cancel';
+    const cancel = h('button.btn.btn-small.btn-danger', {
+      type: 'button', 'aria-label': `Cancel run ${run.id}`, 'data-action': 'cancel', disabled: run.cancel_requested,
+    }, label);
+    cancel.addEventListener('click', () => act(cancel, () => post(`/api/runs/${run.id}/cancel`)));
+    box.append(cancel);
+  }
+  if (RESUMABLE.includes(run.status)) {
+    const resume = h('button.btn.btn-small', { type: 'button', 'aria-label': `Resume run ${run.id}`, 'data-action': 'resume' }, 'Resume');
+    resume.addEventListener('click', () => act(resume, () => post(`/api/runs/${run.id}/resume`)));
+    box.append(resume);
+  }
+  if (run.rounds_done > 0) {
+    const fork = h('button.btn.btn-small', { type: 'button', 'aria-label': `Fork run ${run.id}`, 'data-action': 'fork' }, 'Fork');
+    fork.addEventListener('click', () => openForkDialog(run));
+    box.append(fork);
+  }
+  if (can('admin') && !ACTIVE.includes(run.status)) {
+    const remove = h('button.btn.btn-small.btn-quiet', { type: 'button', 'aria-label': `Delete run ${run.id}`, 'data-action': 'delete' }, 'Delete');
+    remove.addEventListener('click', () => {
+      if (window.confirm(`Delete run ${run.id} (${run.name}) and all its records?`)) {
+        act(remove, () => del(`/api/runs/${run.id}`));
+      }
+    });
+    box.append(remove);
+  }
+  return box;
+}
+
+function field(name, label, input, help) {
+  const id = uid(`fork-${name}`);
+  input.id = id;
+  input.name = name;
+  const errorId = `${id}-error`;
+  input.setAttribute('aria-describedby', `${errorId} ${id}-help`);
+  return h(
+    'div.field',
+    { 'data-path': name },
+    h('label', { for: id }, label),
+    input,
+    h('span.help', { id: `${id}-help` }, help),
+    h('p.field-error', { id: errorId, hidden: true }),
+  );
+}
+
+/** The fork dialog: a new run from this run's state at round k, with another policy, V or segments. */
+export function openForkDialog(run) {
+  const maxRound = Math.max(0, Math.min(run.rounds_done, run.total_rounds - 1));
+  const round = h('input', { type: 'number', min: 0, max: maxRound, step: 1, value: maxRound, inputmode: 'numeric' });
+  const policy = h('input', { type: 'text', value: run.policy, list: 'policy-names' });
+  const V = h('input', { type: 'text', inputmode: 'decimal', placeholder: 'unchanged' });
+  const segments = h('input', { type: 'text', placeholder: 'unchanged, e.g. 1,2,1,0' });
+  const summary = h('div.error-summary', { role: 'alert', hidden: true });
+  const submit = h('button.btn.btn-primary', { type: 'submit' }, 'Fork');
+  const close = h('button.btn', { type: 'button' }, 'Close');
+  const form = h(
+    'form.stack',
+    { method: 'dialog', novalidate: true },
+    h('h2', {}, `Fork run ${run.id}`),
+    h('p.muted.small', {}, 'The fork starts from this run\'s state at round k and runs the rest with the settings below.'),
+    summary,
+    field('round', 'Start at round k', round, `0 … ${maxRound}`),
+    field('policy', 'Policy', policy, 'from round k on'),
+    field('V', 'V (Lyapunov trade-off)', V, 'empty: keep the parent\'s'),
+    field('segments', 'Segments (TEBs per device)', segments, 'policy "fixed" only; comma-separated'),
+    h('div.row', {}, submit, close),
+  );
+  const dialog = h('dialog', { 'aria-label': `Fork run ${run.id}` }, form);
+  document.body.append(dialog);
+  close.addEventListener('click', () => dialog.close());
+  dialog.addEventListener('close', () => dialog.remove());
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clearErrors(form, summary);
+    const body = { round: numberOrText(round.value) };
+    if (policy.value.trim() && policy.value.trim() !== run.policy) body.policy = policy.value.trim();
+    if (V.value.trim()) body.V = numberOrText(V.value);
+    if (segments.value.trim()) body.segments = segments.value.split(',').map((s) => numberOrText(s));
+    submit.disabled = true;
+    try {
+      const created = await post(`/api/runs/${run.id}/fork`, body);
+      dialog.close();
+      location.hash = `#/runs/${created.id}`;
+    } catch (error) {
+      showErrors(form, summary, error, { prefixes: ['body.', 'config.scheduler.', 'config.'] });
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  dialog.showModal();
+  round.focus();
+}
+
+function numberOrText(text) {
+  const trimmed = String(text).trim();
+  if (trimmed !== '' && Number.isFinite(Number(trimmed))) return Number(trimmed);
+  return trimmed;
+}

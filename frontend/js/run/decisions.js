@@ -1,0 +1,105 @@
+// The DSSDA decision log: per round the objective and its terms, micro-batches M per cluster, solver
+// iterations, solve time and feasibility. Newest first, paged; live rounds join the first page.
+
+import { get } from '../api.js';
+import { h, clear } from '../dom.js';
+import { formatNumber, formatValue } from '../format.js';
+
+const PAGE = 12;
+const TERMS = ['objective_latency', 'objective_convergence', 'objective_energy'];
+
+function row(item) {
+  const feasible = item.feasible
+    ? h('span.good', {}, 'yes')
+    : h('span.bad', { title: item.violations.join('; ') }, `no (${item.violations.length})`);
+  return h('tr', { 'data-round': item.round },
+    h('td.num', {}, item.round),
+    h('td', {}, item.policy),
+    h('td.num', {}, formatNumber(item.objective, 4)),
+    TERMS.map((t) => h('td.num', {}, formatNumber(item[t], 4))),
+    h('td', {}, item.num_microbatches.join(' / ')),
+    h('td.num', {}, item.solver_iterations),
+    h('td.num', {}, formatValue(item.solve_time_s, 's')),
+    h('td', {}, feasible));
+}
+
+export class DecisionLog {
+  constructor(runId) {
+    this.runId = runId;
+    this.total = 0;
+    this.offsetFromNewest = 0;
+    this.tbody = h('tbody');
+    this.pager = h('div.row.small');
+    this.panel = h('section.panel', { id: 'decisions' },
+      h('h3', {}, 'Decision log'),
+      h('p.chart-note', {}, 'Objective V·(T + λ·G) + Σ Q·E and its terms per round; M per cluster; solver iterations and wall time of the decision.'),
+      h('div.table-wrap', {}, h('table.decision-log', { 'aria-label': 'Decision log' },
+        h('thead', {}, h('tr', {}, h('th.num', {}, 'Round'), h('th', {}, 'Policy'), h('th.num', {}, 'Objective'),
+          h('th.num', {}, 'V·T'), h('th.num', {}, 'V·λ·G'), h('th.num', {}, 'Σ Q·E'), h('th', {}, 'M per cluster'),
+          h('th.num', {}, 'Iterations'), h('th.num', {}, 'Solve time'), h('th', {}, 'Feasible'))),
+        this.tbody)),
+      this.pager);
+  }
+
+  /** Load the page ``offsetFromNewest`` rounds back from round ``lastRound`` (inclusive). */
+  async load(lastRound) {
+    this.lastRound = lastRound;
+    this.total = lastRound + 1;
+    const to = lastRound - this.offsetFromNewest;
+    const from = Math.max(0, to - PAGE + 1);
+    if (to < 0) {
+      this.render([]);
+      return null;
+    }
+    const [page, terms] = await Promise.all([
+      get(`/api/runs/${this.runId}/decisions`, { from, to, limit: PAGE }),
+      get(`/api/runs/${this.runId}/rounds`, { fields: TERMS, from, to, method: 'none' }),
+    ]);
+    const byRound = new Map();
+    for (const t of TERMS) {
+      const s = terms.series[t];
+      s.round.forEach((r, i) => {
+        if (!byRound.has(r)) byRound.set(r, {});
+        byRound.get(r)[t] = s.value[i];
+      });
+    }
+    const items = page.items.map((item) => ({ ...item, ...(byRound.get(item.round) || {}) })).reverse();
+    this.render(items);
+    return page.items.length ? page.items[page.items.length - 1] : null;
+  }
+
+  render(items) {
+    clear(this.tbody);
+    if (!items.length) this.tbody.append(h('tr', {}, h('td.empty', { colspan: 10 }, 'No rounds yet.')));
+    for (const item of items) this.tbody.append(row(item));
+    this.renderPager();
+  }
+
+  renderPager() {
+    clear(this.pager);
+    const newer = h('button.btn.btn-small', { type: 'button', disabled: this.offsetFromNewest === 0 }, '← Newer');
+    const older = h('button.btn.btn-small', { type: 'button', disabled: this.offsetFromNewest + PAGE >= this.total }, 'Older →');
+    newer.addEventListener('click', () => { this.offsetFromNewest = Math.max(0, this.offsetFromNewest - PAGE); this.load(this.lastRound); });
+    older.addEventListener('click', () => { this.offsetFromNewest += PAGE; this.load(this.lastRound); });
+    this.pager.append(newer, h('span.muted', {}, `${this.total} rounds`), older);
+  }
+
+  /** Live rounds: shown at once on the newest page. */
+  extend(rounds) {
+    if (!rounds.length) return;
+    this.lastRound = rounds[rounds.length - 1].round.round;
+    this.total = this.lastRound + 1;
+    if (this.offsetFromNewest !== 0) {
+      this.renderPager();
+      return;
+    }
+    const empty = this.tbody.querySelector('td.empty');
+    if (empty) empty.parentElement.remove();
+    for (const event of rounds) {
+      const r = event.round;
+      this.tbody.prepend(row({ ...r, num_microbatches: r.num_microbatches || [], violations: r.violations || [] }));
+    }
+    while (this.tbody.children.length > PAGE) this.tbody.lastElementChild.remove();
+    this.renderPager();
+  }
+}

@@ -1,0 +1,117 @@
+// The pipeline timeline (Gantt) of one cluster in one stored round, from GET /api/runs/{id}/timeline:
+// a row per participant (CU, devices, edge server); the upper half of a row is computing (forward,
+// backward), the lower half the link (send, receive); labels are micro-batch numbers.
+
+import { get } from '../api.js';
+import { h, uid } from '../dom.js';
+import { formatValue } from '../format.js';
+import { PLOT_CONFIG, baseLayout, plotly, purge } from '../plot.js';
+
+const KINDS = [
+  { kind: 'forward', color: '#1f77b4', offset: -0.42 },
+  { kind: 'backward', color: '#ff7f0e', offset: -0.42 },
+  { kind: 'send', color: '#2ca02c', offset: 0.02 },
+  { kind: 'receive', color: '#9aa5b1', offset: 0.02 },
+];
+
+function participantOrder(names) {
+  const rank = (p) => {
+    if (p === 'cu') return [0, 0];
+    if (p === 'edge') return [2, 0];
+    const match = /^c(\d+)-d(\d+)$/.exec(p);
+    return match ? [1, Number(match[2])] : [1, 1e6];
+  };
+  return [...names].sort((a, b) => {
+    const [ra, ia] = rank(a);
+    const [rb, ib] = rank(b);
+    return ra - rb || ia - ib || a.localeCompare(b);
+  });
+}
+
+export class GanttView {
+  constructor(runId, numClusters) {
+    this.runId = runId;
+    const roundId = uid('gantt-round');
+    const clusterId = uid('gantt-cluster');
+    this.roundInput = h('input', { id: roundId, type: 'number', min: 0, step: 1, inputmode: 'numeric', style: 'width: 7em' });
+    this.clusterSelect = h('select', { id: clusterId },
+      Array.from({ length: numClusters }, (_, n) => h('option', { value: n }, `cluster ${n}`)));
+    this.button = h('button.btn', { type: 'submit' }, 'Show timeline');
+    this.note = h('p.chart-note', { 'aria-live': 'polite' }, 'Pick a stored round (or click a point on a chart).');
+    this.el = h('div.chart.chart-tall', { id: 'chart-gantt', 'data-chart': 'gantt', role: 'img', 'aria-label': 'pipeline timeline of one round' });
+    this.panel = h('section.chart-panel', { id: 'gantt' },
+      h('h3', {}, 'Pipeline timeline (Gantt)'),
+      h('form.row', { onsubmit: (e) => { e.preventDefault(); this.show(); } },
+        h('div.control', {}, h('label', { for: roundId }, 'Round'), this.roundInput),
+        h('div.control', {}, h('label', { for: clusterId }, 'Cluster'), this.clusterSelect),
+        this.button),
+      this.note, this.el);
+    this.userChose = false;
+    this.roundInput.addEventListener('input', () => { this.userChose = true; });
+    this.button.addEventListener('click', () => { this.userChose = true; });
+  }
+
+  /** Suggest the latest round until the user picks one; draw it if nothing is shown yet. */
+  suggest(round, { draw = false } = {}) {
+    if (this.userChose) return;
+    this.roundInput.value = round;
+    if (draw || !this.attempted) {
+      this.attempted = true;
+      this.show();
+    }
+  }
+
+  async show(round) {
+    if (round !== undefined) {
+      this.roundInput.value = round;
+      this.userChose = true;
+    }
+    const r = Number(this.roundInput.value);
+    const cluster = Number(this.clusterSelect.value);
+    if (this.roundInput.value === '' || !Number.isInteger(r)) {
+      this.note.textContent = 'Enter a round number.';
+      return;
+    }
+    this.note.textContent = `Loading round ${r}…`;
+    try {
+      const timeline = await get(`/api/runs/${this.runId}/timeline`, { round: r, cluster });
+      this.draw(timeline);
+    } catch (error) {
+      this.note.textContent = error.message;
+      purge(this.el);
+    }
+  }
+
+  draw(t) {
+    const participants = participantOrder(new Set(t.events.map((e) => e.participant)));
+    const traces = KINDS.map(({ kind, color, offset }) => {
+      const events = t.events.filter((e) => e.kind === kind);
+      return {
+        type: 'bar', orientation: 'h', name: kind,
+        y: events.map((e) => e.participant),
+        base: events.map((e) => e.start_s * 1000),
+        x: events.map((e) => Math.max((e.end_s - e.start_s) * 1000, 1e-9)),
+        offset, width: 0.4,
+        text: events.map((e) => String(e.microbatch)), textposition: 'inside', insidetextanchor: 'middle',
+        textfont: { size: 10, color: '#fff' }, constraintext: 'both',
+        marker: { color, line: { color: '#ffffff', width: 0.5 } },
+        customdata: events.map((e) => [e.microbatch, e.peer || '—', e.start_s * 1000, e.end_s * 1000]),
+        hovertemplate: `%{y} · ${kind} micro-batch %{customdata[0]}<br>%{customdata[2]:.4~g} → %{customdata[3]:.4~g} ms<br>peer %{customdata[1]}<extra></extra>`,
+      };
+    });
+    const layout = baseLayout({
+      barmode: 'overlay', showlegend: true,
+      margin: { l: 64, r: 12, t: 28, b: 44 },
+      xaxis: { title: { text: 'time in the iteration (ms, modeled)' }, gridcolor: '#eef1f5', zeroline: false, automargin: true },
+      yaxis: { type: 'category', categoryorder: 'array', categoryarray: participants, autorange: 'reversed', automargin: true },
+    });
+    plotly().react(this.el, traces, layout, PLOT_CONFIG);
+    this.note.textContent = `Round ${t.round}, cluster ${t.cluster}: ${t.schedule}, M = ${t.num_microbatches} micro-batches, `
+      + `makespan ${formatValue(t.makespan_s, 's')}. Upper half of a row: compute; lower half: link.`;
+    this.el.dataset.round = String(t.round);
+  }
+
+  destroy() {
+    purge(this.el);
+  }
+}

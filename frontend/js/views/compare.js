@@ -1,0 +1,198 @@
+// Compare runs: pick runs and a baseline, overlay their curves, and a table of each figure with its
+// ratio to the baseline (GET /api/compare), exportable as CSV (built in the browser from that answer).
+
+import { get } from '../api.js';
+import { h, clear, statusBadge, uid } from '../dom.js';
+import { formatNumber, formatPercent, formatRatio, formatValue } from '../format.js';
+import { PLOT_CONFIG, baseLayout, plotly, purge, seriesColor } from '../plot.js';
+
+const FIGURES = [
+  { key: 'mean_latency_s', label: 'Mean latency', format: (v) => formatValue(v, 's') },
+  { key: 'efficiency', label: 'Efficiency', format: (v) => formatPercent(v) },
+  { key: 'peak_memory_bytes', label: 'Peak memory', format: (v) => formatValue(v, 'bytes') },
+  { key: 'mean_energy_budget_ratio', label: 'Energy / budget', format: (v) => formatPercent(v) },
+];
+const CURVES = [
+  { field: 'eval_loss', title: 'Eval loss', unit: '1' },
+  { field: 'eval_accuracy', title: 'Eval accuracy', unit: '1' },
+  { field: 'latency_s', title: 'Round latency (modeled)', unit: 's' },
+  { field: 'train_loss', title: 'Train loss', unit: '1' },
+];
+
+export function mountCompare(main, { query }) {
+  const chosen = new Set((query.get('ids') || '').split(',').map(Number).filter((n) => Number.isInteger(n) && n > 0));
+  let baseline = Number(query.get('baseline')) || null;
+  let closed = false;
+  const charts = [];
+  let lastResult = null;
+
+  const searchId = uid('compare-search');
+  const baselineId = uid('compare-baseline');
+  const search = h('input', { id: searchId, type: 'search', placeholder: 'name contains…' });
+  const baselineSelect = h('select', { id: baselineId });
+  const pickList = h('tbody');
+  const compareButton = h('button.btn.btn-primary', { type: 'button' }, 'Compare');
+  const exportButton = h('button.btn', { type: 'button', disabled: true }, 'Export CSV');
+  const results = h('div', { id: 'compare-results' });
+
+  main.append(
+    h('div.page-head', {}, h('h1', {}, 'Compare runs')),
+    h('section.panel', { 'aria-label': 'Pick runs' },
+      h('div.filters', {},
+        h('div.control', {}, h('label', { for: searchId }, 'Find runs'), search),
+        h('div.control', {}, h('label', { for: baselineId }, 'Baseline'), baselineSelect),
+        compareButton, exportButton),
+      h('div.table-wrap', { style: 'max-height: 260px; overflow-y: auto' },
+        h('table', { 'aria-label': 'Runs to compare' },
+          h('thead', {}, h('tr', {}, h('th', {}, 'Pick'), h('th', {}, 'Run'), h('th', {}, 'Status'), h('th', {}, 'Policy'), h('th.num', {}, 'Rounds'))),
+          pickList))),
+    results,
+  );
+
+  function renderBaselineOptions() {
+    clear(baselineSelect);
+    const ids = [...chosen].sort((a, b) => a - b);
+    if (!ids.length) baselineSelect.append(h('option', { value: '' }, 'pick runs first'));
+    for (const id of ids) baselineSelect.append(h('option', { value: id, selected: id === baseline }, `#${id}`));
+    if (!ids.includes(baseline)) baseline = ids[0] || null;
+    baselineSelect.value = baseline ? String(baseline) : '';
+    compareButton.disabled = ids.length < 1;
+  }
+
+  async function loadPicker() {
+    let page;
+    try {
+      page = await get('/api/runs', { search: search.value.trim() || undefined, limit: 100 });
+    } catch (error) {
+      clear(pickList).append(h('tr', {}, h('td.empty', { colspan: 5 }, error.message)));
+      return;
+    }
+    if (closed) return;
+    clear(pickList);
+    for (const run of page.items) {
+      const box = h('input', { type: 'checkbox', checked: chosen.has(run.id), 'aria-label': `Compare run ${run.id} ${run.name}`, 'data-run-id': run.id });
+      box.addEventListener('change', () => {
+        if (box.checked) chosen.add(run.id);
+        else chosen.delete(run.id);
+        renderBaselineOptions();
+      });
+      pickList.append(h('tr', {}, h('td', {}, box), h('td', {}, h('a', { href: `#/runs/${run.id}` }, run.name), h('span.small.muted', {}, ` #${run.id}`)),
+        h('td', {}, statusBadge(run.status)), h('td', {}, run.policy), h('td.num', {}, `${run.rounds_done}/${run.total_rounds}`)));
+    }
+  }
+
+  function ratioCell(row, key, format) {
+    const ratio = row.ratios[key];
+    return h('td.num', {}, format(row[key]), h('div.small.muted', {}, row.run_id === lastResult.baseline_run_id ? 'baseline' : formatRatio(ratio)));
+  }
+
+  function renderTable(result) {
+    const evalKeys = [...new Set(result.runs.flatMap((r) => Object.keys(r.final_eval)))];
+    return h('section.panel', {},
+      h('h2', {}, 'Figures and ratios to the baseline'),
+      h('p.chart-note', {}, `Each figure, and below it the ratio to run #${result.baseline_run_id}. Final eval figures are from the last evaluated round.`),
+      h('div.table-wrap', {}, h('table', { id: 'compare-table', 'aria-label': 'Comparison' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Run'), h('th', {}, 'Policy'), h('th.num', {}, 'Rounds'),
+          FIGURES.map((f) => h('th.num', {}, f.label)), evalKeys.map((k) => h('th.num', {}, `final ${k}`)))),
+        h('tbody', {}, result.runs.map((row) => h('tr', { 'data-run-id': row.run_id, class: row.run_id === result.baseline_run_id ? 'baseline' : '' },
+          h('td', {}, h('a', { href: `#/runs/${row.run_id}` }, row.name), h('span.small.muted', {}, ` #${row.run_id}`)),
+          h('td', {}, row.policy), h('td.num', {}, row.rounds_done),
+          FIGURES.map((f) => ratioCell(row, f.key, f.format)),
+          evalKeys.map((k) => h('td.num', {}, formatNumber(row.final_eval[k], 4),
+            h('div.small.muted', {}, row.run_id === result.baseline_run_id ? 'baseline' : formatRatio(row.ratios[`final_${k}`]))))))))));
+  }
+
+  async function renderCurves(result) {
+    const grid = h('div.grid');
+    results.append(h('div.section-title', {}, h('h2', {}, 'Curves')), grid);
+    const series = await Promise.all(result.runs.map((row) => get(`/api/runs/${row.run_id}/rounds`, {
+      fields: CURVES.map((c) => c.field), max_points: 500,
+    })));
+    if (closed) return;
+    for (const curve of CURVES) {
+      const el = h('div.chart', { 'data-chart': `compare-${curve.field}` });
+      grid.append(h('section.chart-panel', {}, h('h3', {}, curve.title), el));
+      const traces = result.runs.map((row, i) => ({
+        type: 'scatter', mode: 'lines', name: `#${row.run_id} ${row.name}`,
+        x: series[i].series[curve.field].round, y: series[i].series[curve.field].value,
+        line: { color: seriesColor(i), width: row.run_id === result.baseline_run_id ? 3 : 2 },
+      }));
+      plotly().newPlot(el, traces, baseLayout({ showlegend: true, margin: { l: 58, r: 12, t: 30, b: 40 } }), PLOT_CONFIG);
+      charts.push(el);
+    }
+  }
+
+  async function runCompare() {
+    charts.splice(0).forEach(purge);
+    clear(results);
+    const ids = [...chosen].sort((a, b) => a - b);
+    if (!ids.length) return;
+    results.append(h('p.muted', {}, 'Comparing…'));
+    try {
+      lastResult = await get('/api/compare', { run_ids: ids.join(','), baseline: baseline || undefined });
+    } catch (error) {
+      clear(results).append(h('div.panel', {}, h('p.bad', {}, error.message)));
+      return;
+    }
+    if (closed) return;
+    clear(results).append(renderTable(lastResult));
+    exportButton.disabled = false;
+    results.dataset.ready = 'true';
+    await renderCurves(lastResult);
+  }
+
+  compareButton.addEventListener('click', () => {
+    const ids = [...chosen].sort((a, b) => a - b).join(',');
+    const target = `#/compare?ids=${ids}${baseline ? `&baseline=${baseline}` : ''}`;
+    if (location.hash === target) runCompare();
+    else location.hash = target;
+  });
+  baselineSelect.addEventListener('change', () => { baseline = Number(baselineSelect.value) || null; });
+  exportButton.addEventListener('click', () => downloadCsv(lastResult));
+  let searchTimer = null;
+  search.addEventListener('input', () => { clearTimeout(searchTimer); searchTimer = setTimeout(loadPicker, 250); });
+
+  renderBaselineOptions();
+  loadPicker();
+  if (chosen.size) runCompare();
+  return {
+    unmount() {
+      closed = true;
+      clearTimeout(searchTimer);
+      charts.splice(0).forEach(purge);
+    },
+  };
+}
+
+function csvCell(value) {
+  if (value === null || value === undefined) return '';
+  const text = String(value);
+  return /[",\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+/** The comparison as CSV: one row per run, each figure and its ratio to the baseline. */
+export function compareCsv(result) {
+  const evalKeys = [...new Set(result.runs.flatMap((r) => Object.keys(r.final_eval)))];
+  const header = ['run_id', 'name', 'policy', 'rounds_done', 'baseline_run_id'];
+  for (const f of FIGURES) header.push(f.key, `${f.key}_ratio`);
+  for (const k of evalKeys) header.push(`final_${k}`, `final_${k}_ratio`);
+  const lines = [header.join(',')];
+  for (const row of result.runs) {
+    const cells = [row.run_id, row.name, row.policy, row.rounds_done, result.baseline_run_id];
+    for (const f of FIGURES) cells.push(row[f.key], row.ratios[f.key]);
+    for (const k of evalKeys) cells.push(row.final_eval[k], row.ratios[`final_${k}`]);
+    lines.push(cells.map(csvCell).join(','));
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+function downloadCsv(result) {
+  if (!result) return;
+  const blob = new Blob([compareCsv(result)], { type: 'text/csv' });
+  const url = URL.createObjectURL(blob);
+  const link = h('a', { href: url, download: `compare-${result.runs.map((r) => r.run_id).join('-')}.csv` });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}

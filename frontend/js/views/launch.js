@@ -1,0 +1,130 @@
+// Launch: the config form generated from the JSON Schema, presets, the API's validation errors next
+// to their fields, a pre-flight of round 0, then POST /api/runs.
+
+import { get, post } from '../api.js';
+import { h, clear, uid } from '../dom.js';
+import { can } from '../session.js';
+import { buildSchemaForm } from '../form/schema-form.js';
+import { clearErrors, showErrors } from '../form/errors.js';
+import { createPreflight } from '../launch/preflight.js';
+
+// config errors name config.<path>; the run's own fields (name) keep body.<field>
+const PREFIXES = ['config.', 'body.config.'];
+let schemaCache = null;
+let presetIndex = null;
+
+export function mountLaunch(main) {
+  if (!can('operator')) {
+    main.append(h('div.panel', {}, h('h1', {}, 'Launch a run'),
+      h('p', {}, 'Launching runs needs the operator role. Ask an administrator for it.')));
+    return { unmount() {} };
+  }
+  let closed = false;
+  let preflight = null;
+  const presetId = uid('preset');
+  const nameId = uid('run-name');
+  const presetSelect = h('select', { id: presetId }, h('option', { value: '' }, 'schema defaults'));
+  const runName = h('input', { id: nameId, type: 'text', placeholder: 'default: the config\'s name', maxlength: 200 });
+  const summary = h('div.error-summary', { role: 'alert', hidden: true, tabindex: '-1' });
+  const status = h('div', { 'aria-live': 'polite' });
+  const checkButton = h('button.btn', { type: 'button' }, 'Check & pre-flight');
+  const launchButton = h('button.btn.btn-primary', { type: 'submit' }, 'Launch');
+  const formSlot = h('div', {}, h('p.muted', {}, 'Loading the config schema…'));
+  const side = h('aside.panel.launch-side', { 'aria-label': 'Pre-flight', id: 'preflight' });
+  const form = h('form', { novalidate: true, 'aria-label': 'Experiment config' },
+    h('div.panel', {},
+      h('div.form-toolbar', {},
+        h('div.control', {}, h('label', { for: presetId }, 'Preset'), presetSelect),
+        h('div.control.field', { style: 'flex:1; min-width: 200px', 'data-path': 'body.name' },
+          h('label', { for: nameId }, 'Run name'), runName, h('p.field-error', { role: 'alert', hidden: true })))),
+    summary, formSlot,
+    h('div.panel.row', {}, checkButton, launchButton, status));
+
+  main.append(
+    h('div.page-head', {}, h('h1', {}, 'Launch a run'), h('div.spacer'),
+      h('span.muted.small', {}, 'Fields follow the config schema; units are in the field names.')),
+    h('div.launch-layout', {}, form, side),
+  );
+  preflight = createPreflight(side);
+  let schemaForm = null;
+
+  async function loadPreset(id) {
+    const entry = presetIndex.find((p) => p.id === id);
+    const config = entry ? await get(`/presets/${entry.file}`) : {};
+    schemaForm.set(config);
+    clearErrors(form, summary);
+    preflight.reset('Preset loaded. Check it to see the first round per device.');
+  }
+
+  async function init() {
+    try {
+      [schemaCache, presetIndex] = await Promise.all([
+        schemaCache || get('/api/config/schema'),
+        presetIndex || get('/presets/index.json'),
+      ]);
+    } catch (error) {
+      clear(formSlot).append(h('p.bad', {}, `Cannot load the config schema: ${error.message}`));
+      return;
+    }
+    if (closed) return;
+    for (const p of presetIndex) presetSelect.append(h('option', { value: p.id }, p.label));
+    schemaForm = buildSchemaForm(schemaCache);
+    clear(formSlot).append(schemaForm.element);
+    presetSelect.value = 'quickstart';
+    await loadPreset('quickstart');
+    form.dataset.ready = 'true';
+  }
+
+  presetSelect.addEventListener('change', () => loadPreset(presetSelect.value));
+
+  async function validate() {
+    clearErrors(form, summary);
+    const config = schemaForm.get();
+    try {
+      const normalized = await post('/api/config/validate', config);
+      return { config, normalized };
+    } catch (error) {
+      showErrors(form, summary, error, { prefixes: PREFIXES });
+      summary.focus();
+      return null;
+    }
+  }
+
+  checkButton.addEventListener('click', async () => {
+    if (!schemaForm) return;
+    checkButton.disabled = true;
+    status.textContent = 'Checking…';
+    const ok = await validate();
+    status.textContent = ok ? 'The config is valid.' : '';
+    if (ok) await preflight.run(ok.config, ok.normalized);
+    checkButton.disabled = false;
+  });
+
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    if (!schemaForm) return;
+    clearErrors(form, summary);
+    launchButton.disabled = true;
+    status.textContent = 'Launching…';
+    const body = { config: schemaForm.get() };
+    if (runName.value.trim()) body.name = runName.value.trim();
+    try {
+      const run = await post('/api/runs', body);
+      location.hash = `#/runs/${run.id}`;
+    } catch (error) {
+      status.textContent = '';
+      showErrors(form, summary, error, { prefixes: PREFIXES });
+      summary.focus();
+    } finally {
+      launchButton.disabled = false;
+    }
+  });
+
+  init();
+  return {
+    unmount() {
+      closed = true;
+      if (preflight) preflight.destroy();
+    },
+  };
+}

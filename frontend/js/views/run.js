@@ -1,0 +1,368 @@
+// One run, live: header and actions, summary tiles, per-device charts, segment allocation, the
+// pipeline Gantt of a chosen round, loss/eval/latency/objective curves and the decision log.
+//
+// Loading: the run's detail fixes R = rounds_done - 1; every history request asks for rounds <= R
+// (server-side downsampled), then the run's event stream (/api/runs/{id}/events) adds rounds > R.
+// Live rounds are buffered and drawn once per animation frame: charts on screen at once (one
+// extendTraces each), charts off screen when the browser is idle or when they scroll into view.
+// A big network (more than 16 devices) opens on cluster 0; other clusters load when chosen.
+
+import { get } from '../api.js';
+import { h, clear, statusBadge, progressBar, uid } from '../dom.js';
+import { formatNumber, formatTime } from '../format.js';
+import { subscribe } from '../live.js';
+import { runActions } from '../run-actions.js';
+import { ownerName } from '../session.js';
+import { forgetRun } from '../run-info.js';
+import { nowUnixMs, recordDraw, recordView, stats } from '../stats.js';
+import { DEVICE_CHARTS, DeviceChart, limitMetrics, seriesMetrics } from '../run/device-charts.js';
+import { ROUND_CHARTS, RoundChart, roundFields } from '../run/round-charts.js';
+import { SegmentCharts } from '../run/segments.js';
+import { GanttView } from '../run/gantt.js';
+import { DecisionLog } from '../run/decisions.js';
+import { Tiles } from '../run/tiles.js';
+
+const TERMINAL = ['succeeded', 'failed', 'cancelled'];
+const DEVICE_POINTS = 200; // per device and metric, downsampled by the API (LTTB)
+const ROUND_POINTS = 1000;
+const HEATMAP_POINTS = 150;
+const MANY_DEVICES = 16; // above this, the per-device charts open on one cluster
+const RECENT_ROUNDS = 1000; // live rounds kept to fill in devices loaded later
+const OFFSCREEN_MS = 2000;
+
+function deviceIds(config) {
+  const ids = [];
+  for (let n = 0; n < config.network.num_clusters; n += 1) {
+    for (let k = 0; k < config.network.devices_per_cluster; k += 1) ids.push(`c${n}-d${k}`);
+  }
+  return ids;
+}
+
+const nextFrame = () => new Promise((resolve) => requestAnimationFrame(() => resolve()));
+
+export function mountRun(main, { runId }) {
+  const started = performance.now();
+  let closed = false;
+  let unsubscribe = null;
+  let run = null;
+  let devices = [];
+  let lastRound = -1; // the newest round drawn
+  let pending = [];
+  let frame = null;
+  let idle = null;
+  const recent = [];
+  const loaded = new Set();
+  const onScreen = new Set();
+  const parts = { device: [], round: [], segments: null, gantt: null, decisions: null, tiles: null };
+  const observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      const chart = entry.target.chart;
+      if (chart === parts.segments) {
+        chart.setVisible(entry.isIntersecting);
+      } else if (entry.isIntersecting) {
+        onScreen.add(chart);
+        applyPending(chart);
+      } else {
+        onScreen.delete(chart);
+      }
+    }
+  }, { rootMargin: '0px' });
+
+  const head = h('div.page-head');
+  const meta = h('p.small.muted');
+  const errorBox = h('div.notice.notice-warn', { hidden: true, role: 'status' });
+  const liveNote = h('span.small.muted', { 'aria-live': 'polite' });
+  const body = h('div', {}, h('p.muted', {}, 'Loading the run…'));
+  main.append(head, meta, errorBox, body);
+
+  function renderHead() {
+    forgetRun(run.id);
+    clear(head).append(
+      h('h1', {}, run.name), statusBadge(run.status), progressBar(run.rounds_done, run.total_rounds), liveNote,
+      h('div.spacer'),
+      runActions(run, { onChanged: refreshDetail }),
+      h('a.btn.btn-small', { href: `/api/runs/${run.id}/export?format=csv&table=rounds`, download: '' }, 'Rounds CSV'),
+      h('a.btn.btn-small', { href: `/api/runs/${run.id}/export?format=csv&table=devices`, download: '' }, 'Devices CSV'),
+      h('a.btn.btn-small', { href: `#/compare?ids=${run.id}` }, 'Compare…'),
+    );
+    const s = run.config.scheduler;
+    const n = run.config.network;
+    clear(meta).append(
+      `#${run.id} · policy ${run.policy} · V = ${formatNumber(s.V)} · ${n.num_clusters} clusters × ${n.devices_per_cluster} devices · `,
+      `${run.config.model.num_encoder_blocks} TEBs · executor ${run.executor} · created ${formatTime(run.created_at)}`,
+      run.parent_run_id ? [' · fork of ', h('a', { href: `#/runs/${run.parent_run_id}` }, `#${run.parent_run_id}`), ` at round ${run.fork_round}`] : '',
+      ' · owner ', h('span', { 'data-owner': '' }, '…'),
+    );
+    ownerName(run.owner_id).then((name) => { const el = meta.querySelector('[data-owner]'); if (el) el.textContent = name; });
+    errorBox.hidden = !run.error;
+    errorBox.textContent = run.error ? `Error: ${run.error}` : '';
+  }
+
+  async function refreshDetail() {
+    try {
+      run = await get(`/api/runs/${runId}`);
+      if (!closed) renderHead();
+    } catch {
+      /* keep what is shown */
+    }
+  }
+
+  // -- which devices the per-device charts show ------------------------------------------------------
+
+  function initialDevices() {
+    return devices.length > MANY_DEVICES ? devices.filter((d) => d.startsWith('c0-')) : devices;
+  }
+
+  async function deviceHistory(wanted, to) {
+    const history = {};
+    if (to < 0) return history;
+    const subset = wanted.length === devices.length ? {} : { device_id: wanted };
+    const requests = [
+      ...seriesMetrics().map((metric) => get(`/api/runs/${run.id}/devices`, { metric, max_points: DEVICE_POINTS, to, ...subset })
+        .then((data) => { history[metric] = data.series; })),
+      // capacity and budget are constant per device: their first and last rounds say it all
+      ...limitMetrics().map((metric) => get(`/api/runs/${run.id}/devices`, { metric, max_points: 2, to, ...subset })
+        .then((data) => { history[metric] = data.series; })),
+    ];
+    await Promise.all(requests);
+    return history;
+  }
+
+  async function showDevices(wanted) {
+    const missing = wanted.filter((d) => !loaded.has(d));
+    if (missing.length) {
+      missing.forEach((d) => loaded.add(d));
+      const to = lastRound;
+      const history = await deviceHistory(missing, to);
+      if (closed) return;
+      const only = new Set(missing);
+      const later = recent.filter((e) => e.round.round > to);
+      for (const chart of parts.device) {
+        chart.addDevices(history, missing);
+        if (later.length) chart.extend(later, only);
+      }
+    }
+    const shown = new Set(wanted);
+    for (const chart of parts.device) chart.filter((d) => shown.has(d));
+  }
+
+  function deviceFilter(numClusters, initial) {
+    const id = uid('device-filter');
+    const select = h('select', { id }, h('option', { value: '' }, `all ${devices.length} devices`),
+      Array.from({ length: numClusters }, (_, n) => h('option', { value: `c${n}-` }, `cluster ${n}`)));
+    select.value = initial.length === devices.length ? '' : 'c0-';
+    select.addEventListener('change', () => {
+      const prefix = select.value;
+      showDevices(devices.filter((d) => !prefix || d.startsWith(prefix)));
+    });
+    return h('div.control', {}, h('label', { for: id }, 'Devices shown'), select);
+  }
+
+  function layout(initial) {
+    const n = run.config.network;
+    parts.tiles = new Tiles();
+    parts.device = DEVICE_CHARTS.map((def) => new DeviceChart(def, devices));
+    parts.round = ROUND_CHARTS.map((def) => new RoundChart(def));
+    parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_encoder_blocks);
+    parts.gantt = new GanttView(run.id, n.num_clusters);
+    parts.decisions = new DecisionLog(run.id);
+    clear(body).append(
+      parts.tiles.el,
+      h('div.section-title', {}, h('h2', {}, 'Per device'), deviceFilter(n.num_clusters, initial),
+        h('span.small.muted', {}, devices.length > 8 ? `${devices.length} devices: hover a line for its name` : '')),
+      h('div.grid', {}, parts.device.map((c) => c.panel)),
+      h('div.section-title', {}, h('h2', {}, 'Segments and pipeline')),
+      h('div.grid-2', {}, parts.segments.panels, parts.gantt.panel),
+      h('div.section-title', {}, h('h2', {}, 'Training and objective')),
+      h('div.grid', {}, parts.round.map((c) => c.panel)),
+      parts.decisions.panel,
+    );
+    for (const chart of [...parts.device, ...parts.round]) {
+      chart.el.chart = chart;
+      chart.pending = [];
+      observer.observe(chart.el);
+    }
+    parts.segments.heatEl.chart = parts.segments;
+    observer.observe(parts.segments.heatEl);
+  }
+
+  function wireClicks() {
+    for (const chart of [...parts.device, ...parts.round]) {
+      chart.el.on('plotly_click', (event) => {
+        const point = event.points && event.points[0];
+        if (point && Number.isInteger(point.x)) parts.gantt.show(point.x);
+      });
+    }
+  }
+
+  async function loadHistory(initial) {
+    const R = run.rounds_done - 1;
+    const range = { to: R };
+    const empty = R < 0;
+    loaded.clear();
+    initial.forEach((d) => loaded.add(d));
+    const [history, rounds, heat, latestDecision] = await Promise.all([
+      deviceHistory(initial, R),
+      empty ? { series: {} } : get(`/api/runs/${run.id}/rounds`, { fields: roundFields(), max_points: ROUND_POINTS, ...range }),
+      empty ? { series: {} } : get(`/api/runs/${run.id}/devices`, { metric: 'num_blocks', max_points: HEATMAP_POINTS, method: 'mean', ...range }),
+      parts.decisions.load(R),
+    ]);
+    if (closed) return;
+    const fetched = performance.now();
+    // one chart per task: the page keeps answering input while a big run draws
+    for (const chart of parts.device) {
+      chart.draw(history, initial);
+      await nextFrame();
+    }
+    for (const chart of parts.round) {
+      chart.draw(rounds.series);
+      await nextFrame();
+    }
+    parts.segments.draw(heat.series);
+    if (latestDecision) parts.segments.showDecision(latestDecision);
+    wireClicks();
+    recordView('run', { runId: run.id, fetchMs: fetched - started, readyMs: performance.now() - started, rounds: run.rounds_done, devices: devices.length });
+    body.dataset.ready = 'true';
+    if (closed) return;
+    // the exact summary figures and the Gantt come after the charts
+    const compareRow = empty ? null : await get('/api/compare', { run_ids: run.id }).then((c) => c.runs[0]).catch(() => null);
+    if (closed) return;
+    parts.tiles.reset(compareRow, run.total_rounds, devices.length);
+    if (recent.length) parts.tiles.extend(recent);
+    if (R >= 0) parts.gantt.suggest(R, { draw: true });
+  }
+
+  // -- live rounds -----------------------------------------------------------------------------------
+
+  function applyPending(chart) {
+    if (!chart.pending || !chart.pending.length) return;
+    const rounds = chart.pending;
+    chart.pending = [];
+    chart.extend(rounds);
+  }
+
+  function drainOffscreen() {
+    const waiting = [...parts.device, ...parts.round].find((c) => c.pending.length);
+    if (!waiting) {
+      idle = null;
+      return;
+    }
+    applyPending(waiting);
+    idle = window.requestIdleCallback ? requestIdleCallback(drainOffscreen, { timeout: 2000 }) : setTimeout(drainOffscreen, 0);
+  }
+
+  // off-screen charts catch up every OFFSCREEN_MS, one chart per idle period: a redraw costs about
+  // the same for one round as for many, so batching keeps the main thread free for what is on screen
+  function scheduleIdle() {
+    if (idle !== null || closed) return;
+    idle = setTimeout(() => {
+      idle = window.requestIdleCallback ? requestIdleCallback(drainOffscreen, { timeout: 2000 }) : setTimeout(drainOffscreen, 0);
+    }, OFFSCREEN_MS);
+  }
+
+  function flush() {
+    frame = null;
+    if (closed || !pending.length || !body.dataset.ready) return;
+    const batch = pending;
+    pending = [];
+    for (const chart of [...parts.device, ...parts.round]) {
+      if (onScreen.has(chart)) {
+        applyPending(chart);
+        chart.extend(batch);
+      } else {
+        chart.pending.push(...batch);
+      }
+    }
+    parts.segments.extend(batch);
+    parts.decisions.extend(batch);
+    if (parts.tiles.total !== undefined) parts.tiles.extend(batch);
+    const newest = batch[batch.length - 1].round.round;
+    parts.gantt.suggest(newest);
+    run.rounds_done = Math.max(run.rounds_done, newest + 1);
+    const bar = head.querySelector('.progress');
+    if (bar) bar.replaceWith(progressBar(run.rounds_done, run.total_rounds));
+    const drawn = nowUnixMs();
+    stats.flushes += 1;
+    for (const event of batch) {
+      recordDraw({ runId: run.id, round: event.round.round, eventId: event.eventId, publishedUnixMs: event.published_unix_ms ?? null, receivedUnixMs: event.receivedUnixMs, drawnUnixMs: drawn });
+    }
+    scheduleIdle();
+  }
+
+  function scheduleFlush() {
+    if (frame === null) frame = document.hidden ? setTimeout(flush, 50) : requestAnimationFrame(flush);
+  }
+
+  function onRound(data, id) {
+    const round = data.round && data.round.round;
+    if (!Number.isInteger(round) || round <= lastRound) return; // already drawn from the history
+    lastRound = round;
+    data.eventId = id;
+    data.receivedUnixMs = nowUnixMs();
+    pending.push(data);
+    recent.push(data);
+    if (recent.length > RECENT_ROUNDS) recent.splice(0, recent.length - RECENT_ROUNDS);
+    scheduleFlush();
+  }
+
+  function onStatus(data) {
+    if (data.run_id !== run.id) return;
+    const before = run.status;
+    run = { ...run, status: data.status, rounds_done: Math.max(run.rounds_done, data.rounds_done), error: data.error };
+    if (before !== data.status) refreshDetail();
+    if (TERMINAL.includes(data.status)) {
+      liveNote.textContent = '';
+      if (run.rounds_done > 0) parts.gantt.suggest(run.rounds_done - 1, { draw: true });
+    }
+  }
+
+  function connect() {
+    if (TERMINAL.includes(run.status)) return;
+    liveNote.textContent = 'connecting…';
+    unsubscribe = subscribe(`/api/runs/${run.id}/events`, { round: onRound, status: onStatus }, {
+      onOpen: () => { liveNote.textContent = '● live'; },
+      onError: (state) => {
+        if (state === EventSource.CLOSED || TERMINAL.includes(run.status)) liveNote.textContent = '';
+        else liveNote.textContent = 'reconnecting…';
+      },
+    });
+  }
+
+  async function start() {
+    try {
+      run = await get(`/api/runs/${runId}`);
+    } catch (error) {
+      clear(body).append(h('div.panel', {}, h('p.bad', {}, error.status === 404 ? `There is no run ${runId}.` : error.message)));
+      return;
+    }
+    if (closed) return;
+    renderHead();
+    devices = deviceIds(run.config);
+    const initial = initialDevices();
+    layout(initial);
+    lastRound = run.rounds_done - 1; // the history covers rounds <= R; the stream brings the rest
+    // live rounds are buffered from now on; they are drawn once the history is on screen
+    connect();
+    try {
+      await loadHistory(initial);
+    } catch (error) {
+      body.prepend(h('p.bad', {}, `Some figures failed to load: ${error.message}`));
+      body.dataset.ready = 'true';
+    }
+    scheduleFlush();
+  }
+
+  start();
+  return {
+    unmount() {
+      closed = true;
+      observer.disconnect();
+      if (unsubscribe) unsubscribe();
+      if (frame !== null) { cancelAnimationFrame(frame); clearTimeout(frame); }
+      if (idle !== null) { clearTimeout(idle); if (window.cancelIdleCallback) cancelIdleCallback(idle); }
+      for (const chart of [...parts.device, ...parts.round]) chart.destroy();
+      if (parts.segments) parts.segments.destroy();
+      if (parts.gantt) parts.gantt.destroy();
+    },
+  };
+}

@@ -1,0 +1,240 @@
+// Runs list: status, progress, policy, V, clusters × devices, current round, latest latency and eval
+// metric, owner; filter and search; live from the status stream (GET /api/runs/events), with a light
+// refresh of progress while runs are active (the status stream carries status changes, not rounds).
+
+import { get } from '../api.js';
+import { h, clear, statusBadge, progressBar, uid } from '../dom.js';
+import { formatValue, formatNumber, formatTime } from '../format.js';
+import { subscribe } from '../live.js';
+import { runActions } from '../run-actions.js';
+import { can, ownerName, user } from '../session.js';
+import { latestMetrics, runDetail } from '../run-info.js';
+
+const PAGE = 25;
+const POLL_MS = 2500;
+const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'];
+
+export function mountRuns(main, { query }) {
+  const state = {
+    status: query.get('status') || '',
+    search: query.get('search') || '',
+    mine: query.get('mine') === '1',
+    offset: 0,
+    total: 0,
+    items: [],
+    selected: new Set(),
+  };
+  let closed = false;
+  let pollTimer = null;
+  let reloadTimer = null;
+
+  const statusId = uid('filter-status');
+  const searchId = uid('filter-search');
+  const mineId = uid('filter-mine');
+  const statusSelect = h('select', { id: statusId }, h('option', { value: '' }, 'any status'),
+    STATUSES.map((s) => h('option', { value: s, selected: s === state.status }, s)));
+  const searchInput = h('input', { id: searchId, type: 'search', placeholder: 'name contains…', value: state.search });
+  const mineBox = h('input', { id: mineId, type: 'checkbox', checked: state.mine });
+  const compareButton = h('button.btn', { type: 'button', disabled: true }, 'Compare selected');
+  const launchLink = can('operator') ? h('a.btn.btn-primary', { href: '#/launch' }, 'Launch a run') : null;
+  const tbody = h('tbody');
+  const pager = h('div.row.small');
+  const live = h('span.small.muted', { 'aria-live': 'polite' }, 'connecting…');
+
+  main.append(
+    h('div.page-head', {}, h('h1', {}, 'Runs'), live, h('div.spacer'), compareButton, launchLink),
+    h('div.filters', { role: 'search' },
+      h('div.control', {}, h('label', { for: statusId }, 'Status'), statusSelect),
+      h('div.control', {}, h('label', { for: searchId }, 'Search'), searchInput),
+      h('div.checkbox', {}, mineBox, h('label', { for: mineId }, 'only my runs'))),
+    h('div.table-wrap', {},
+      h('table', { 'aria-label': 'Runs' },
+        h('thead', {}, h('tr', {},
+          h('th', {}, h('span', { class: 'sr-only' }, 'select')), h('th', {}, 'Run'), h('th', {}, 'Status'), h('th', {}, 'Progress'),
+          h('th', {}, 'Policy'), h('th.num', {}, 'V'), h('th', {}, 'Clusters × devices'), h('th.num', {}, 'Round'),
+          h('th.num', {}, 'Latency'), h('th.num', {}, 'Eval'), h('th', {}, 'Owner'), h('th', {}, 'Created'), h('th', {}, 'Actions'))),
+        tbody)),
+    pager,
+  );
+
+  const rows = new Map();
+
+  function cellsFor(run) {
+    const select = h('input', { type: 'checkbox', 'aria-label': `Select run ${run.id} to compare`, checked: state.selected.has(run.id) });
+    select.addEventListener('change', () => {
+      if (select.checked) state.selected.add(run.id);
+      else state.selected.delete(run.id);
+      compareButton.disabled = state.selected.size < 1;
+    });
+    return {
+      select,
+      name: h('td', {}, h('a', { href: `#/runs/${run.id}` }, run.name), h('div.small.muted', {}, `#${run.id}${run.parent_run_id ? ` · fork of #${run.parent_run_id} @${run.fork_round}` : ''}`)),
+      status: h('td', {}, statusBadge(run.status)),
+      progress: h('td', {}, progressBar(run.rounds_done, run.total_rounds)),
+      policy: h('td', {}, run.policy),
+      V: h('td.num', {}, '…'),
+      shape: h('td', {}, '…'),
+      round: h('td.num', {}, currentRound(run)),
+      latency: h('td.num', {}, '—'),
+      evalCell: h('td.num', {}, '—'),
+      owner: h('td', {}, '…'),
+      created: h('td.small.nowrap', {}, formatTime(run.created_at)),
+      actions: h('td', {}),
+    };
+  }
+
+  function renderRow(run) {
+    const cells = cellsFor(run);
+    const tr = h('tr', { 'data-run-id': run.id },
+      h('td', {}, cells.select), cells.name, cells.status, cells.progress, cells.policy, cells.V, cells.shape,
+      cells.round, cells.latency, cells.evalCell, cells.owner, cells.created, cells.actions);
+    const row = { tr, cells, run };
+    rows.set(run.id, row);
+    fillStatic(row);
+    updateRow(row, run);
+    return tr;
+  }
+
+  async function fillStatic(row) {
+    const { cells, run } = row;
+    ownerName(run.owner_id).then((name) => { cells.owner.textContent = name; });
+    try {
+      const detail = await runDetail(run.id);
+      const s = detail.config.scheduler || {};
+      const n = detail.config.network || {};
+      cells.V.textContent = formatNumber(s.V);
+      cells.shape.textContent = `${n.num_clusters} × ${n.devices_per_cluster}`;
+    } catch {
+      cells.V.textContent = '?';
+      cells.shape.textContent = '?';
+    }
+  }
+
+  async function refreshMetrics(row) {
+    const { run, cells } = row;
+    if (run.rounds_done === 0) return;
+    try {
+      const m = await latestMetrics(run.id, run.rounds_done);
+      if (closed || row.run.rounds_done !== run.rounds_done) return;
+      cells.latency.textContent = formatValue(m.latency_s, 's');
+      cells.evalCell.textContent = m.evalName ? `${formatNumber(m.evalValue)}` : '—';
+      cells.evalCell.title = m.evalName || '';
+      if (m.evalName) cells.evalCell.append(h('div.small.muted', {}, m.evalName.replace('eval_', '')));
+    } catch {
+      /* the figures stay as they were */
+    }
+  }
+
+  function updateRow(row, run) {
+    const previous = row.run;
+    row.run = { ...previous, ...run };
+    const { cells } = row;
+    clear(cells.status).append(statusBadge(row.run.status));
+    clear(cells.progress).append(progressBar(row.run.rounds_done, row.run.total_rounds));
+    cells.round.textContent = currentRound(row.run);
+    clear(cells.actions).append(runActions(row.run, { onChanged: scheduleReload }));
+    if (previous.rounds_done !== row.run.rounds_done || !row.metricsLoaded) {
+      row.metricsLoaded = true;
+      refreshMetrics(row);
+    }
+  }
+
+  function renderPager() {
+    clear(pager);
+    const from = state.total ? state.offset + 1 : 0;
+    const to = Math.min(state.offset + PAGE, state.total);
+    const prev = h('button.btn.btn-small', { type: 'button', disabled: state.offset === 0 }, '← Newer');
+    const next = h('button.btn.btn-small', { type: 'button', disabled: to >= state.total }, 'Older →');
+    prev.addEventListener('click', () => { state.offset = Math.max(0, state.offset - PAGE); load(); });
+    next.addEventListener('click', () => { state.offset += PAGE; load(); });
+    pager.append(prev, h('span.muted', {}, `${from}–${to} of ${state.total}`), next);
+  }
+
+  function params() {
+    return {
+      status: state.status || undefined,
+      search: state.search.trim() || undefined,
+      owner: state.mine ? user().username : undefined,
+      limit: PAGE,
+      offset: state.offset,
+    };
+  }
+
+  async function load() {
+    let page;
+    try {
+      page = await get('/api/runs', params());
+    } catch (error) {
+      clear(tbody).append(h('tr', {}, h('td.empty', { colspan: 13 }, `Cannot list runs: ${error.message}`)));
+      return;
+    }
+    if (closed) return;
+    state.total = page.total;
+    const ids = page.items.map((r) => r.id).join(',');
+    const same = ids === state.items.map((r) => r.id).join(',');
+    state.items = page.items;
+    if (same) {
+      for (const run of page.items) updateRow(rows.get(run.id), run);
+    } else {
+      rows.clear();
+      clear(tbody);
+      if (!page.items.length) tbody.append(h('tr', {}, h('td.empty', { colspan: 13 }, 'No runs match.')));
+      for (const run of page.items) tbody.append(renderRow(run));
+    }
+    renderPager();
+    schedulePoll();
+  }
+
+  function schedulePoll() {
+    clearTimeout(pollTimer);
+    const active = state.items.some((r) => r.status === 'queued' || r.status === 'running');
+    if (active && !closed) pollTimer = setTimeout(() => { if (!document.hidden) load(); else schedulePoll(); }, POLL_MS);
+  }
+
+  function scheduleReload() {
+    clearTimeout(reloadTimer);
+    reloadTimer = setTimeout(load, 200);
+  }
+
+  function onStatus(event) {
+    const row = rows.get(event.run_id);
+    if (row) {
+      updateRow(row, { status: event.status, rounds_done: event.rounds_done, total_rounds: event.total_rounds, error: event.error, cancel_requested: event.status === 'running' ? row.run.cancel_requested : false });
+    } else if (state.offset === 0) {
+      scheduleReload();
+    }
+    schedulePoll();
+  }
+
+  const unsubscribe = subscribe('/api/runs/events', { status: onStatus }, {
+    onOpen: () => { live.textContent = '● live'; },
+    onError: (readyState) => { live.textContent = readyState === EventSource.CLOSED ? 'live updates stopped' : 'reconnecting…'; },
+  });
+
+  let searchTimer = null;
+  statusSelect.addEventListener('change', () => { state.status = statusSelect.value; state.offset = 0; load(); });
+  searchInput.addEventListener('input', () => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => { state.search = searchInput.value; state.offset = 0; load(); }, 250);
+  });
+  mineBox.addEventListener('change', () => { state.mine = mineBox.checked; state.offset = 0; load(); });
+  compareButton.addEventListener('click', () => {
+    location.hash = `#/compare?ids=${[...state.selected].sort((a, b) => a - b).join(',')}`;
+  });
+
+  load();
+  return {
+    unmount() {
+      closed = true;
+      unsubscribe();
+      clearTimeout(pollTimer);
+      clearTimeout(reloadTimer);
+      clearTimeout(searchTimer);
+    },
+  };
+}
+
+function currentRound(run) {
+  if (run.rounds_done === 0) return '—';
+  return String(run.rounds_done - 1);
+}

@@ -1,0 +1,120 @@
+"""Browser tests of the dashboard: a real ``collapipe serve`` (SQLite, local executor) and Debian's
+Chromium driven by Playwright (no browser download). Every test's page refuses to talk to anything
+but the server: a request to another host fails the test. Screenshots go to test-artifacts/e2e/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+
+from tests.e2e.configs import tiny
+from tests.e2e.server import PASSWORDS, USERNAMES, Server, running_server
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+]  # fmt: skip
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "e2e"
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+LOCAL_SCHEMES = {"data", "blob", "about"}
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running_server(tmp_path_factory.mktemp("e2e-server")) as running:
+        yield running
+
+
+@dataclass(frozen=True)
+class FinishedRuns:
+    baseline: int  # uniform policy, M = 4 micro-batches
+    other: int  # uniform policy, M = 2
+
+
+@pytest.fixture(scope="session")
+def finished_runs(server: Server) -> FinishedRuns:
+    """Two short analytic runs, finished, shared by the tests that only read runs."""
+    baseline = server.launch(tiny(rounds=8, executor="analytic"), name="uniform M=4")
+    other = server.launch(tiny(rounds=8, executor="analytic", num_microbatches=2), name="uniform M=2")
+    for run_id in (baseline, other):
+        server.wait_for_run(run_id, ("succeeded",))
+    return FinishedRuns(baseline, other)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail("Debian's chromium is missing: `make browser` (apt-get install chromium) installs it")
+    with sync_playwright() as playwright:
+        # launch() starts Chromium with a fresh temporary user-data-dir of its own
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS, headless=True
+        )
+        yield chromium
+        chromium.close()
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """Save a full-page screenshot under test-artifacts/e2e/ and return its path."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+class RequestGuard:
+    """Records every request of a browser context; ``outside`` lists those to another host."""
+
+    def __init__(self, context: BrowserContext) -> None:
+        self.urls: list[str] = []
+        context.on("request", lambda request: self.urls.append(request.url))
+
+    def outside(self) -> list[str]:
+        return [
+            url
+            for url in self.urls
+            if urlparse(url).scheme not in LOCAL_SCHEMES and urlparse(url).hostname not in LOCAL_HOSTS
+        ]
+
+
+Login = Callable[[str], Page]
+
+
+@pytest.fixture
+def login(browser: Browser, server: Server, request: pytest.FixtureRequest) -> Iterator[Login]:
+    """login(role) -> a page signed in as the test user of that role, in a fresh browser context."""
+    contexts: list[tuple[BrowserContext, RequestGuard, list[Page]]] = []
+
+    def open_as(role: str, width: int = 1280, height: int = 900) -> Page:
+        context = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
+        guard = RequestGuard(context)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.errors = errors  # type: ignore[attr-defined]
+        contexts.append((context, guard, [page]))
+        page.goto(f"{server.url}/")
+        page.get_by_label("Username").fill(USERNAMES[role])
+        page.get_by_label("Password").fill(PASSWORDS[role])
+        page.get_by_role("button", name="Log in").click()
+        expect(page.locator("#user-role")).to_have_text(role)
+        return page
+
+    yield open_as
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)
+    for i, (context, guard, pages) in enumerate(contexts):
+        for page in pages:
+            if not page.is_closed():
+                screenshot(page, f"{name}-end{'' if i == 0 else f'-{i}'}")
+            assert not getattr(page, "errors", []), f"uncaught errors in the page: {page.errors}"  # type: ignore[attr-defined]
+        outside = guard.outside()
+        context.close()
+        assert not outside, f"the page sent requests to other hosts: {outside}"

@@ -1,0 +1,132 @@
+"""The real embedded service for the browser tests: ``collapipe serve`` in a subprocess.
+
+SQLite in a temporary file, the local executor (one spawned process per run), a bootstrap admin
+token for set-up through the API, and users of every role with known passwords.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+PASSWORDS = {"viewer": "viewer-password-1", "operator": "operator-password-1", "admin": "admin-password-1"}
+USERNAMES = {"viewer": "vera", "operator": "otto", "admin": "ada"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    url: str
+    token: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    database_url: str
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_for_run(self, run_id: int, statuses: tuple[str, ...], timeout_s: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        with self.client() as client:
+            while True:
+                run: dict[str, Any] = client.get(f"/api/runs/{run_id}").raise_for_status().json()
+                if run["status"] in statuses:
+                    return run
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"run {run_id} is {run['status']}, not {statuses}\n{self.log()[-3000:]}"
+                    )
+                time.sleep(0.1)
+
+    def launch(self, config: dict[str, Any], name: str | None = None) -> int:
+        body: dict[str, Any] = {"config": config, **({"name": name} if name else {})}
+        with self.client() as client:
+            response = client.post("/api/runs", json=body)
+            assert response.status_code == 201, response.text
+            run_id: int = response.json()["id"]
+            return run_id
+
+
+@contextlib.contextmanager
+def running_server(root: Path, extra_env: dict[str, str] | None = None) -> Iterator[Server]:
+    """Start ``collapipe serve`` on a free loopback port; stop its process group afterwards."""
+    port = free_port()
+    token = secrets.token_urlsafe(24)
+    env = {
+        **os.environ,
+        "COLLAPIPE_BOOTSTRAP_TOKEN": token,
+        "COLLAPIPE_EXECUTOR": "local",
+        "COLLAPIPE_THREADS_PER_RUN": "1",
+        "COLLAPIPE_MAX_PARALLEL_RUNS": "2",
+        "COLLAPIPE_SSE_HEARTBEAT_S": "2",
+        "OMP_NUM_THREADS": "1",
+        **(extra_env or {}),
+    }
+    database_url = f"sqlite:///{root / 'e2e.db'}"
+    argv = [
+        str(Path(sys.executable).parent / "collapipe"), "serve", "--port", str(port),
+        "--database-url", database_url, "--artifact-dir", str(root / "runs"),
+    ]  # fmt: skip
+    log_path = root / "server.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    server = Server(f"http://127.0.0.1:{port}", token, process, log_path, database_url)
+    try:
+        _wait_healthy(server)
+        create_users(server)
+        yield server
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def _wait_healthy(server: Server, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"collapipe serve exited with {server.process.returncode}\n{server.log()}")
+        try:
+            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"collapipe serve did not answer within {timeout_s} s\n{server.log()}")
+        time.sleep(0.1)
+
+
+def create_users(server: Server) -> None:
+    with server.client() as client:
+        for role, username in USERNAMES.items():
+            body = {"username": username, "password": PASSWORDS[role], "role": role}
+            client.post("/api/users", json=body).raise_for_status()

@@ -1,0 +1,71 @@
+"""The run view: the Gantt of a chosen round, cancelling a running run, and a narrow window."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.configs import tiny
+from tests.e2e.conftest import FinishedRuns, Login, screenshot
+from tests.e2e.server import Server
+
+pytestmark = pytest.mark.e2e
+
+
+def test_open_the_gantt_of_a_round(login: Login, server: Server, finished_runs: FinishedRuns) -> None:
+    run_id = finished_runs.baseline
+    page = login("viewer")
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    expect(page.locator("[data-ready='true']")).to_be_attached(timeout=15_000)
+
+    gantt = page.locator("#gantt")
+    gantt.get_by_label("Round", exact=True).fill("3")
+    gantt.get_by_label("Cluster").select_option("1")
+    gantt.get_by_role("button", name="Show timeline").click()
+    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "3")
+    expect(gantt).to_contain_text("Round 3, cluster 1")
+    kinds = page.evaluate("document.getElementById('chart-gantt').data.map(t => [t.name, t.x.length])")
+    assert {name for name, count in kinds if count > 0} >= {"forward", "backward", "send", "receive"}, kinds
+    participants = page.evaluate(
+        "[...new Set(document.getElementById('chart-gantt').data.flatMap(t => t.y))]"
+    )
+    assert {"cu", "edge", "c1-d0"} <= set(participants), participants
+    page.locator("#gantt").scroll_into_view_if_needed()
+    screenshot(page, "run-gantt-round-3")
+
+    # a round that is not stored gets the API's message, not a blank chart
+    gantt.get_by_label("Round", exact=True).fill("99")
+    gantt.get_by_role("button", name="Show timeline").click()
+    expect(gantt).to_contain_text("has no stored round 99")
+
+
+def test_cancel_a_running_run(login: Login, server: Server) -> None:
+    run_id = server.launch(tiny(rounds=5000), name="to cancel")
+    page = login("operator")
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    expect(page.locator(".page-head .status")).to_have_text("running", timeout=30_000)
+    page.wait_for_function(f"window.collapipeStats.draws.some(d => d.runId === {run_id})", timeout=30_000)
+
+    page.get_by_role("button", name=f"Cancel run {run_id}").click()
+    expect(page.locator(".page-head .status")).to_have_text("cancelled", timeout=30_000)
+    expect(page.get_by_role("button", name=f"Resume run {run_id}")).to_be_visible()
+    run = server.wait_for_run(run_id, ("cancelled",))
+    assert 0 < run["rounds_done"] < 5000
+    screenshot(page, "run-cancelled")
+
+    page.goto(f"{server.url}/#/runs")
+    row = page.locator(f"tr[data-run-id='{run_id}']")
+    expect(row.locator(".status")).to_have_text("cancelled")
+    page.get_by_label("Status").select_option("cancelled")
+    expect(page.locator("tbody tr[data-run-id]")).to_have_count(1)
+    screenshot(page, "runs-filtered-cancelled")
+
+
+def test_run_view_fits_a_narrow_window(login: Login, server: Server, finished_runs: FinishedRuns) -> None:
+    run_id = finished_runs.other
+    page = login("viewer", width=420, height=900)
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    expect(page.locator("[data-ready='true']")).to_be_attached(timeout=15_000)
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 1, f"the page is {overflow}px wider than the window"
+    screenshot(page, "run-narrow-window")
