@@ -1,0 +1,186 @@
+"""The embedded executor: the runs table is the queue, one spawned process per run.
+
+``LocalDispatcher`` is an asyncio task in the API process (started by the app's lifespan when
+``executor = "local"``). Each tick (or at once after ``enqueue``) it:
+
+1. reaps finished children: a child that died without finishing its run (killed, out of memory)
+   leaves the row running under its lease — the run is marked failed, naming the exit code, so the
+   user sees it and can resume it from its last checkpoint;
+2. re-queues running rows whose lease expired (a previous API process died with runs in flight);
+3. starts a ``spawn`` process per queued run, up to ``max_parallel_runs``, running ``execute_run``
+   with the DB-tailing live channel.
+
+On shutdown children are terminated and their runs re-queued (they continue from the checkpoint on
+the next start). DB calls run in worker threads so the event loop never blocks on SQLite locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+from anyio import to_thread
+
+from backend.db.base import utcnow
+from backend.db.engine import SessionFactory
+from backend.live.channel import STATUS, LiveChannel, status_payload
+from backend.runs import lease_repository as leases
+from backend.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Child:
+    process: BaseProcess
+    claimant: str
+
+
+def run_child(
+    run_id: int,
+    database_url: str,
+    artifact_dir: str,
+    claimant: str,
+    lease_s: float,
+    threads: int,
+    poll_interval_s: float,
+) -> None:
+    """Entry point of a run's process (module-level so ``spawn`` can import it)."""
+    import torch
+
+    from backend.db.engine import make_engine, make_session_factory
+    from backend.live.db_channel import DbEventChannel
+    from backend.runs.execution import execute_run
+
+    torch.set_num_threads(threads)
+    engine = make_engine(database_url)
+    try:
+        factory = make_session_factory(engine)
+        channel = DbEventChannel(factory, poll_interval_s)
+        execute_run(
+            run_id, factory, channel, claimant=claimant, artifact_dir=Path(artifact_dir), lease_s=lease_s
+        )
+    finally:
+        engine.dispose()
+
+
+class LocalDispatcher:
+    def __init__(self, settings: Settings, session_factory: SessionFactory, channel: LiveChannel) -> None:
+        self.settings = settings
+        self.session_factory = session_factory
+        self.channel = channel
+        self.children: dict[int, _Child] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._context = multiprocessing.get_context("spawn")
+        cores = os.cpu_count() or 1
+        self.threads_per_run = settings.threads_per_run or max(1, cores // settings.max_parallel_runs)
+
+    async def start(self) -> None:
+        await to_thread.run_sync(self.recover)
+        self._task = asyncio.create_task(self._loop(), name="collapipe-local-dispatcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        await to_thread.run_sync(self._terminate_children)
+
+    def enqueue(self, run_id: int) -> None:
+        self._wake.set()
+
+    def check_ready(self) -> str | None:
+        if self._task is None or self._task.done():
+            return "the local run dispatcher is not running"
+        return None
+
+    def queue_depth(self) -> int | None:
+        return None
+
+    def recover(self) -> list[int]:
+        """Re-queue running rows whose lease expired; returns their ids."""
+        with self.session_factory() as session:
+            requeued = leases.requeue_stale_runs(session, utcnow())
+            session.commit()
+        for run_id in requeued:
+            log.warning("run %s: lease expired (its process is gone); re-queued", run_id)
+        return requeued
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await to_thread.run_sync(self.tick)
+            except Exception:  # keep dispatching; the next tick retries
+                log.exception("local dispatcher tick failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.dispatch_interval_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    def tick(self) -> None:
+        self._reap()
+        self.recover()
+        free = self.settings.max_parallel_runs - len(self.children)
+        if free <= 0:
+            return
+        with self.session_factory() as session:
+            queued = leases.queued_run_ids(session, free + len(self.children))
+        for run_id in [r for r in queued if r not in self.children][:free]:
+            self._spawn(run_id)
+
+    def _spawn(self, run_id: int) -> None:
+        claimant = f"local:{socket.gethostname()}:{os.getpid()}:run-{run_id}:{uuid.uuid4().hex[:8]}"
+        s = self.settings
+        process = self._context.Process(
+            target=run_child,
+            args=(run_id, s.database_url, str(s.artifact_dir), claimant, s.lease_s, self.threads_per_run,
+                  s.sse_poll_interval_s),
+            name=f"collapipe-run-{run_id}",
+        )
+        process.start()
+        self.children[run_id] = _Child(process, claimant)
+
+    def _reap(self) -> None:
+        for run_id, child in list(self.children.items()):
+            if child.process.is_alive():
+                continue
+            child.process.join()
+            del self.children[run_id]
+            code = child.process.exitcode
+            if code != 0:
+                self._fail_orphan(run_id, child.claimant, code)
+
+    def _fail_orphan(self, run_id: int, claimant: str, exit_code: int | None) -> None:
+        error = (
+            f"the run's process exited with code {exit_code} before finishing; "
+            "resume the run to continue from its last checkpoint"
+        )
+        with self.session_factory() as session:
+            owned = leases.fail_if_owned(session, run_id, claimant, error, utcnow())
+            session.commit()
+            done = leases.rounds_done(session, run_id)
+            total = leases.total_rounds(session, run_id)
+        if owned:
+            log.error("run %s: %s", run_id, error)
+            self.channel.publish(run_id, STATUS, status_payload(run_id, "failed", done, total, error))
+
+    def _terminate_children(self) -> None:
+        for run_id, child in list(self.children.items()):
+            child.process.terminate()
+            child.process.join(timeout=10)
+            if child.process.is_alive():
+                child.process.kill()
+                child.process.join()
+            with self.session_factory() as session:
+                leases.release_to_queue(session, run_id, child.claimant)
+                session.commit()
+        self.children.clear()

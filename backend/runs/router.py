@@ -1,0 +1,85 @@
+"""/api/runs: launch, list, inspect, cancel, resume, fork, delete. Viewers read; operators act."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+
+from backend.deps import (
+    AdminUser,
+    ChannelDep,
+    DispatcherDep,
+    OperatorUser,
+    SessionDep,
+    SettingsDep,
+    ViewerUser,
+)
+from backend.errors import ERROR_RESPONSES, ErrorResponse
+from backend.params import IdPath, Limit, Offset, Search
+from backend.runs import service
+from backend.runs.schemas import RunCreate, RunDetail, RunFork, RunOut, RunPage, RunStatus
+from backend.text_input import StoredStr
+
+router = APIRouter(prefix="/api/runs", tags=["runs"], responses=ERROR_RESPONSES)
+CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorResponse, "description": "not allowed in the run's current status"}}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+def create_run(
+    body: RunCreate, session: SessionDep, user: OperatorUser, channel: ChannelDep, dispatcher: DispatcherDep
+) -> RunDetail:
+    """Validate the config, store the run as queued; it is dispatched once this request commits."""
+    return RunDetail.model_validate(service.create(session, user, body, channel, dispatcher))
+
+
+@router.get("")
+def list_runs(
+    session: SessionDep,
+    _user: ViewerUser,
+    status_in: Annotated[list[RunStatus], Query(alias="status", max_length=5)] = [],  # noqa: B006
+    owner: Annotated[StoredStr | None, Query(max_length=64, description="username")] = None,
+    search: Search = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> RunPage:
+    items, total = service.page(session, status_in, owner, search, limit, offset)
+    return RunPage(items=[RunOut.model_validate(r) for r in items], total=total, limit=limit, offset=offset)
+
+
+@router.get("/{run_id}")
+def get_run(run_id: IdPath, session: SessionDep, _user: ViewerUser) -> RunDetail:
+    return RunDetail.model_validate(service.get(session, run_id))
+
+
+@router.post("/{run_id}/cancel", responses=CONFLICT)
+def cancel_run(run_id: IdPath, session: SessionDep, _user: OperatorUser, channel: ChannelDep) -> RunOut:
+    """Queued: cancelled at once. Running: stops after its current round (cancel_requested)."""
+    return RunOut.model_validate(service.cancel(session, run_id, channel))
+
+
+@router.post("/{run_id}/resume", responses=CONFLICT)
+def resume_run(
+    run_id: IdPath, session: SessionDep, _user: OperatorUser, channel: ChannelDep, dispatcher: DispatcherDep
+) -> RunOut:
+    """A failed or cancelled run is queued again and continues from its last checkpoint."""
+    return RunOut.model_validate(service.resume(session, run_id, channel, dispatcher))
+
+
+@router.post("/{run_id}/fork", status_code=status.HTTP_201_CREATED)
+def fork_run(
+    run_id: IdPath,
+    body: RunFork,
+    session: SessionDep,
+    user: OperatorUser,
+    channel: ChannelDep,
+    dispatcher: DispatcherDep,
+) -> RunDetail:
+    """A new run starting from this run's state at round k, with another policy, V or segments."""
+    return RunDetail.model_validate(service.fork(session, user, run_id, body, channel, dispatcher))
+
+
+@router.delete("/{run_id}", status_code=status.HTTP_204_NO_CONTENT, responses=CONFLICT)
+def delete_run(run_id: IdPath, session: SessionDep, _user: AdminUser, settings: SettingsDep) -> Response:
+    service.delete(session, run_id, settings.artifact_dir)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,72 @@
+"""Request and response bodies of runs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from backend.params import MAX_ID
+from backend.text_input import StoredStr
+
+RunStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class RunCreate(BaseModel):
+    experiment_id: int | None = Field(default=None, ge=1, le=MAX_ID, description="launch a saved experiment")
+    config: dict[str, Any] | None = Field(
+        default=None, description="or an inline experiment config; schema at GET /api/config/schema"
+    )
+    name: StoredStr | None = Field(default=None, min_length=1, max_length=200, description="default: config.name")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RunCreate:
+        if (self.experiment_id is None) == (self.config is None):
+            raise ValueError("give exactly one of experiment_id and config")
+        return self
+
+
+class RunFork(BaseModel):
+    round: int = Field(ge=0, le=MAX_ID, description="k: the fork starts from the parent's state at round k")
+    policy: StoredStr | None = Field(default=None, min_length=1, max_length=200, description="policy from round k")
+    V: float | None = Field(default=None, ge=0, le=1e12, description="Lyapunov V from round k")
+    segments: list[int] | None = Field(
+        default=None, max_length=1000, description="TEBs per device (policy 'fixed') from round k"
+    )
+
+
+class RunOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    experiment_id: int | None
+    status: RunStatus
+    owner_id: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    rounds_done: int
+    total_rounds: int
+    error: str | None
+    cancel_requested: bool
+    attempt: int
+    parent_run_id: int | None
+    fork_round: int | None
+    policy: str
+    executor: str
+
+
+class RunDetail(RunOut):
+    config: dict[str, Any]
+    replay_configs: list[dict[str, Any]] | None = Field(
+        description="forks: configs that produced the rounds before each switch"
+    )
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    total: int
+    limit: int
+    offset: int

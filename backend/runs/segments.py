@@ -1,0 +1,72 @@
+"""A run as config segments: forks switch config (policy, V) at a round; replay reproduces the rest.
+
+A run's ``replay_configs`` ([{"until_round": k, "config": {...}}, ...], oldest first) are the configs
+that produced its rounds before each switch; ``config`` runs from the last switch to the end. Every
+draw in the core derives from the seed and the round index, so running segment configs one after the
+other reproduces the parent's state at the fork round exactly, then continues with the new config.
+
+At a switch the checkpoint (written under the previous segment's config) is re-labelled with the next
+config's fingerprint: the fingerprint guards against resuming with a different model or data, and a
+policy/V switch changes neither the weights nor the optimizer state it carries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from collapipe_core.checkpoint import config_fingerprint, load_checkpoint, save_checkpoint
+from collapipe_core.config import ExperimentConfig
+from collapipe_core.validation import parse_config
+
+
+@dataclass(frozen=True)
+class Segment:
+    config: ExperimentConfig
+    start_round: int
+    end_round: int  # exclusive
+
+
+def plan_segments(
+    config: dict[str, Any], replay_configs: list[dict[str, Any]], total_rounds: int
+) -> list[Segment]:
+    segments = []
+    start = 0
+    for entry in replay_configs:
+        end = int(entry["until_round"])
+        if end > start:
+            segments.append(Segment(parse_config(entry["config"]), start, end))
+        start = max(start, end)
+    segments.append(Segment(parse_config(config), start, total_rounds))
+    return segments
+
+
+def config_at(segments: list[Segment], round_index: int) -> ExperimentConfig:
+    """The config that produced (or produces) round ``round_index``."""
+    for segment in segments:
+        if round_index < segment.end_round:
+            return segment.config
+    return segments[-1].config
+
+
+def checkpoint_round(checkpoint_dir: Path) -> int:
+    """The round the checkpoint continues at (0 when there is none)."""
+    payload = load_checkpoint(checkpoint_dir)
+    return 0 if payload is None else int(payload["next_round"])
+
+
+def relabel_checkpoint(checkpoint_dir: Path, segment: Segment) -> None:
+    """Make a checkpoint taken exactly at ``segment.start_round`` resumable under the segment's config."""
+    payload = load_checkpoint(checkpoint_dir)
+    if payload is None:
+        return
+    fingerprint = config_fingerprint(segment.config)
+    if payload["config_fingerprint"] == fingerprint:
+        return
+    if int(payload["next_round"]) != segment.start_round:
+        raise ValueError(
+            f"{checkpoint_dir}: checkpoint at round {payload['next_round']} belongs to another config "
+            f"than the segment starting at round {segment.start_round}; delete the directory to replay"
+        )
+    save_checkpoint(checkpoint_dir, {**payload, "config_fingerprint": fingerprint})
