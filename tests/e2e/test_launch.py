@@ -85,8 +85,10 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
 
     page.get_by_role("button", name="Check & pre-flight").click()
     preflight = page.locator("#preflight")
-    expect(preflight).to_have_attribute("data-state", "summary")  # no pre-flight endpoint yet: the summary
-    expect(preflight).to_contain_text("2 × 4")
+    expect(preflight).to_have_attribute("data-state", "modeled")  # round 0 on the cost model
+    expect(preflight).to_contain_text("Peak memory use")
+    expect(preflight).to_contain_text("policy uniform")
+    expect(preflight.locator(".main-svg").first).to_be_visible()
     screenshot(page, "launch-preflight")
 
     page.get_by_role("button", name="Launch", exact=True).click()
