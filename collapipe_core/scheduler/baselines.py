@@ -3,6 +3,17 @@
 - ``uniform``: equal TEBs over the available devices (the first ones take the remainder), equal
   bandwidth over the scheduled devices, maximum power, the configured fixed M.
 - ``fixed``: the user's own segment vector ``scheduler.segments``; otherwise as ``uniform``.
+- ``proportional``: TEBs ∝ device speed F_k·speed_k over the available devices (largest-remainder
+  rounding, then capped by memory with the excess passed on in proportion), equal bandwidth over the
+  scheduled devices, maximum power, the configured M (lowered until the placement fits, if it must).
+- ``random``: per cluster a random M, random contiguous segments over the available devices (within
+  memory), Dirichlet bandwidth shares and powers uniform in (0.1, 1]·p_max — from a generator seeded
+  by (seed, round), so the same round always gets the same decision.
+- ``fl``: federated learning without a pipeline (decision mode "replicated", evaluated by
+  :mod:`collapipe_core.costmodel.replicated`): every available device whose memory holds the whole
+  encoder and its share of the batch trains all L TEBs; equal bandwidth, maximum power, the configured M.
+- ``split``: one device per cluster — the fastest whose memory holds the whole encoder at M = 1 —
+  trains all L TEBs with the whole band at maximum power; M = 1.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ import numpy as np
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.base import register
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem
 from collapipe_core.state import RoundState
 
 
@@ -63,3 +75,109 @@ class Fixed:
         delta = np.tile(np.asarray(segments, dtype=np.int64), (state.scenario.num_clusters, 1))
         beta, power = equal_bandwidth_max_power(state, delta)
         return Decision.from_arrays(delta, beta, power, fixed_microbatches(state))
+
+
+def _fit_micro(pr: RoundProblem, micro: int) -> IntArray:
+    """Per cluster the largest M ≤ ``micro`` at which the available devices' memory holds the encoder
+    (1 if none does)."""
+    out = np.ones(pr.shape[0], dtype=np.int64)
+    for m in range(1, max(micro, 1) + 1):
+        fits = pr.memory_caps(np.full(pr.shape[0], m)).sum(axis=1) >= pr.num_blocks
+        out = np.where(fits, m, out)
+    return out
+
+
+def proportional_split(num_blocks: int, weight: FloatArray, caps: IntArray) -> IntArray:
+    """δ ∝ weight (largest remainder), then capped, the excess re-split in proportion among the rest."""
+    delta = np.zeros(weight.shape, dtype=np.int64)
+    left, room = num_blocks, caps.astype(np.int64).copy()
+    while left > 0 and np.any((room > 0) & (weight > 0)):
+        w = np.where(room > 0, weight, 0.0)
+        target = left * w / w.sum()
+        take = np.floor(target).astype(np.int64)
+        order = np.argsort(-(target - take), kind="stable")
+        take[order[: left - int(take.sum())]] += 1
+        take = np.minimum(take, room)
+        if take.sum() == 0:  # every share rounded to zero: one TEB to the heaviest device with room
+            take[int(np.argmax(w))] = 1
+        delta += take
+        room -= take
+        left -= int(take.sum())
+    return delta
+
+
+@register("proportional")
+class Proportional:
+    name = "proportional"
+
+    def decide(self, state: RoundState) -> Decision:
+        pr = build_problem(state)
+        micro = _fit_micro(pr, fixed_microbatches(state))
+        caps = pr.memory_caps(micro)
+        speed = np.where(pr.available, state.scenario.flops_per_s * state.speed_factor, 0.0)
+        delta = np.stack([proportional_split(pr.num_blocks, speed[n], caps[n]) for n in range(pr.shape[0])])
+        beta, power = equal_bandwidth_max_power(state, delta)
+        return Decision.from_arrays(delta, beta, power, micro)
+
+
+@register("random")
+class RandomPolicy:
+    name = "random"
+
+    def decide(self, state: RoundState) -> Decision:
+        pr = build_problem(state)
+        rng = np.random.default_rng([state.settings.seed, 0x7A4D0, state.round_index])
+        n, k = pr.shape
+        micro = np.minimum(rng.integers(1, pr.microbatch_limit + 1, n), _fit_micro(pr, pr.microbatch_limit))
+        caps = pr.memory_caps(micro)
+        delta = np.zeros(pr.shape, dtype=np.int64)
+        for c in range(n):
+            weight = np.where(pr.available[c], rng.dirichlet(np.ones(k)), 0.0)
+            delta[c] = proportional_split(pr.num_blocks, weight + 1e-12 * pr.available[c], caps[c])
+        on = delta > 0
+        beta = np.where(on, rng.dirichlet(np.ones(k), n), 0.0)
+        beta = beta / np.maximum(beta.sum(axis=1, keepdims=True), 1e-300)
+        power = np.where(on, rng.uniform(0.1, 1.0, (n, k)) * pr.max_power_w, 0.0)
+        return Decision.from_arrays(delta, beta, power, micro)
+
+
+@register("fl")
+class FederatedLearning:
+    name = "fl"
+
+    def decide(self, state: RoundState) -> Decision:
+        pr = build_problem(state)
+        prof, b = state.profile, state.settings.microbatch_size
+        micro = fixed_microbatches(state)
+        # the most devices m such that the m with the most memory each hold the encoder and a share M·b/m
+        part = np.zeros(pr.shape, dtype=bool)
+        for c in range(pr.shape[0]):
+            order = [int(k) for k in np.argsort(-pr.memory_bytes[c], kind="stable") if pr.available[c, k]]
+            for m in range(len(order), 0, -1):
+                share = micro * b / m
+                need = prof.num_blocks * (prof.block_state_bytes + share * prof.block_activation_bytes)
+                if need + pr.overhead_bytes <= pr.memory_bytes[c, order[m - 1]]:
+                    part[c, order[:m]] = True
+                    break
+            if not part[c].any() and order:  # nobody fits: the largest memory (shown as a violation)
+                part[c, order[0]] = True
+        delta = np.where(part, prof.num_blocks, 0)
+        beta, power = equal_bandwidth_max_power(state, delta)
+        return Decision.from_arrays(delta, beta, power, micro, mode="replicated")
+
+
+@register("split")
+class Split:
+    name = "split"
+
+    def decide(self, state: RoundState) -> Decision:
+        pr = build_problem(state)
+        caps = pr.memory_caps(np.ones(pr.shape[0]))
+        speed = state.scenario.flops_per_s * state.speed_factor
+        delta = np.zeros(pr.shape, dtype=np.int64)
+        for c in range(pr.shape[0]):
+            fits = pr.available[c] & (caps[c] >= pr.num_blocks)
+            pool = fits if fits.any() else pr.available[c]
+            delta[c, int(np.argmax(np.where(pool, speed[c], -1.0)))] = pr.num_blocks
+        beta, power = equal_bandwidth_max_power(state, delta)
+        return Decision.from_arrays(delta, beta, power, 1)

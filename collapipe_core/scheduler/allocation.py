@@ -1,0 +1,208 @@
+"""DSSDA's link allocation for fixed segments and micro-batches: bandwidth and power, block by block.
+
+Write each scheduled link's rate as r_k = β_k·W·ℓ(x_k), ℓ(x) = log2(1 + x), with x_k = p_k·h_k/(β_k·W·N0)
+its SNR, and u_k = 1/r_k = ζ_k/β_k with ζ_k = 1/(W·ℓ(x_k)). The link-dependent part of a cluster's cost is
+
+    Lat(u) = a·Σ_k u_k + c1·[max(c^F, P·z1) + max(c^B, P·z1)] + c2·max(Γ_f, B·z2),
+    z1 = max_k u_k,  z2 = max_k δ_k·u_k,     a = 2·w·V·I·P,  c1 = w·V·I·(M − 1),  c2 = v·V,
+
+plus the transmit energy Σ_k A_k·x_k/ℓ(x_k) with A_k = Q_k·bits_k·N0/h_k (bits_k = 2·I·M·P + δ_k·B): at a
+fixed SNR the energy does not depend on β. (w, v are the cluster's weights on the pipeline and gather
+maxima across clusters, 1 for a single cluster; Γ_f is the largest gather time of the other clusters.)
+
+**Bandwidth (fixed SNRs) — common latency targets.** Lat is convex in β. With targets z1 (link) and
+z2 (gather) and bandwidth price μ = s², the KKT conditions give every device u_k = s·min(κ1, κ2/δ_k,
+√(ζ_k/a)): bound by the common link target, by the common gather target, or interior (water-filling).
+For a free target with slope σ1 of its term, κ1² = Σ_{B1} ζ_k / (σ1 + a·|B1|) over the devices B1 that
+bind it (the longest prefix by ζ that is self-consistent, as in water-filling), and likewise
+κ2² = Σ_{B2} ζ_k·δ_k / (σ2 + a·Σ_{B2} 1/δ_k); a target can also sit at a kink of its term
+(P·z1 = c^F or c^B, B·z2 = Γ_f). The bandwidth Σ_k ζ_k/u_k = 1 fixes s (piecewise linear in 1/s:
+closed form after sorting). Every structure — which devices bind which target (a threshold on δ),
+each target's slope or kink — is a candidate; the cheapest candidate is the exact minimiser.
+
+**Power (fixed β) — first-order condition.** With Ω_k = μ·ζ_k/u_k² the marginal latency cost of link k
+(from the bandwidth step's KKT), the link minimises (Ω_k/(β_k·W) + A_k·x)/ℓ(x) — its (V + Q_k)-weighted
+cost per bit, quasi-convex in x. Setting the derivative to zero:
+
+    (1 + x)·ln(1 + x) − x = Ω_k / (β_k·W·A_k),
+
+solved by Newton's method in ln(1 + x); then x is clipped to the power limit x ≤ p_max·h_k/(β_k·W·N0)
+(A_k = 0 gives p_max). p_k = β_k·W·N0·x_k/h_k.
+
+The two blocks alternate; every iterate is scored exactly and the best is kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collapipe_core.network import BoolArray, FloatArray
+from collapipe_core.scheduler.bandwidth import ClusterTerms, bandwidth_step, cluster_terms, latency_cost
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet
+
+__all__ = ["ClusterTerms", "allocate_links", "bandwidth_step", "cluster_terms", "power_step", "solve_foc"]
+
+_INF = np.inf
+
+
+def energy_weights(pr: RoundProblem, delta: IntArray, micro: FloatArray) -> FloatArray:
+    """A_k = Q_k·bits_k·N0/h_k: the transmit energy's weight on x/ℓ(x)."""
+    bits = 2.0 * pr.iterations * micro[..., None] * pr.payload_bits + delta * pr.block_bits
+    return np.where(delta > 0, pr.queues * bits * pr.noise_w_per_hz / pr.gain, 0.0)
+
+
+def snr_limit(pr: RoundProblem, beta: FloatArray) -> FloatArray:
+    """The largest SNR p_max allows on bandwidth share β."""
+    with np.errstate(divide="ignore"):
+        return np.where(
+            beta > 0,
+            pr.max_power_w * pr.gain / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * pr.noise_w_per_hz),
+            0.0,
+        )
+
+
+@quiet
+def power_step(
+    pr: RoundProblem, beta: FloatArray, omega: FloatArray, energy_weight: FloatArray, on: BoolArray
+) -> FloatArray:
+    """SNR x per link from (1 + x)·ln(1 + x) − x = Ω/(β·W·A), clipped to the power limit."""
+    limit = snr_limit(pr, beta)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(
+            on & (energy_weight > 0),
+            omega / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * energy_weight),
+            _INF,
+        )
+    x = solve_foc(np.minimum(y, 1e300))
+    return np.where(on, np.where(np.isfinite(y), np.minimum(x, limit), limit), 0.0)
+
+
+def solve_foc(y: FloatArray) -> FloatArray:
+    """x ≥ 0 with (1 + x)·ln(1 + x) − x = y: Newton on w = ln(1 + x), from an upper bound."""
+    y = np.maximum(y, 0.0)
+    small = np.sqrt(3.0 * y)  # x ≤ √(3y) while x ≤ 1
+    w = np.where(small <= 1.0, np.log1p(small), np.maximum(2.0, np.log1p(y)) + 1.0)
+    for _ in range(40):
+        ew = np.exp(w)
+        step = (ew * (w - 1.0) + 1.0 - y) / np.maximum(w * ew, 1e-300)
+        w = np.maximum(w - step, 0.0)
+        if np.all(np.abs(step) <= 1e-12 * np.maximum(w, 1e-300)):
+            break
+    return np.expm1(w)
+
+
+@quiet
+def allocate_links(
+    pr: RoundProblem, delta: IntArray, micro: FloatArray, terms: ClusterTerms, rounds: int = 4
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """β, p (..., N, K) for fixed δ, M by alternating the bandwidth and power steps; also the score.
+
+    Each round: the bandwidth step at the current SNRs gives β and the candidate prices μ; the power
+    step runs once per price, the bandwidth step is re-solved at each resulting SNR vector, and the
+    pair with the lowest score Lat(u) + Σ_k A_k·x_k/ℓ(x_k) (the cluster's link-dependent cost)
+    continues. The best pair seen is returned. Starts from equal shares at p_max.
+    """
+    on = delta > 0
+    weight = energy_weights(pr, delta, micro)
+    count = np.maximum(on.sum(axis=-1, keepdims=True), 1)
+    beta = np.where(on, 1.0 / count, 0.0)
+    x = snr_limit(pr, beta)
+    best_beta, best_x = beta, x
+    best = _score(pr, terms, delta, beta, x, weight)
+    wide = _expand(terms)
+    # candidate prices run along a new axis just before the cluster axis: (..., prices, N, K)
+    on_w, delta_w, weight_w = on[..., None, :, :], delta[..., None, :, :], weight[..., None, :, :]
+    center = np.zeros(best.shape)
+    spread = np.ones(best.shape)
+    c, d = _rate_model(pr, beta, x, on)
+    beta, bracket = bandwidth_step(pr, terms, delta, c, d)
+    x = np.minimum(x, snr_limit(pr, beta))
+    for _ in range(rounds):
+        mu = _price_levels(bracket, center, spread)  # (..., N, P)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = beta * pr.bandwidth_hz * np.log2(1.0 + x)
+            marginal = np.where(on, rate**2 / np.where(on, d, 1.0), 0.0)  # 1/(d·u²)
+        omega = np.moveaxis(mu, -1, -2)[..., None] * marginal[..., None, :, :]
+        beta_w = np.broadcast_to(beta[..., None, :, :], omega.shape)
+        trial_x = power_step(pr, beta_w, omega, weight_w, on_w)
+        tc, td = _rate_model(pr, beta_w, trial_x, on_w)
+        trial_beta, trial_bracket = bandwidth_step(pr, wide, np.broadcast_to(delta_w, omega.shape), tc, td)
+        trial_x = np.where(trial_x >= snr_limit(pr, beta_w) * (1 - 1e-9), snr_limit(pr, trial_beta), trial_x)
+        trial_x = np.minimum(trial_x, snr_limit(pr, trial_beta))
+        trial = _score(pr, wide, delta_w, trial_beta, trial_x, weight_w)  # (..., P, N)
+        pick = np.argmin(trial, axis=-2)  # (..., N)
+        sel = pick[..., None, :, None]
+        beta = np.take_along_axis(trial_beta, sel, axis=-3)[..., 0, :, :]
+        x = np.take_along_axis(trial_x, sel, axis=-3)[..., 0, :, :]
+        d = np.take_along_axis(td, sel, axis=-3)[..., 0, :, :]
+        bracket = np.take_along_axis(trial_bracket, pick[..., None, :, None], axis=-3)[..., 0, :, :]
+        score = np.take_along_axis(trial, pick[..., None, :], axis=-2)[..., 0, :]
+        center = np.take_along_axis(mu, pick[..., None], axis=-1)[..., 0]
+        spread = np.where(pick % (PRICES - 1) == 0, spread, spread / 3.0)  # zoom unless at an end
+        better = score < best
+        best = np.where(better, score, best)
+        best_beta = np.where(better[..., None], beta, best_beta)
+        best_x = np.where(better[..., None], x, best_x)
+    power = np.where(on, best_beta * pr.bandwidth_hz * pr.noise_w_per_hz * best_x / pr.gain, 0.0)
+    return best_beta, np.minimum(power, pr.max_power_w), best
+
+
+PRICES = 3
+
+
+def _price_levels(bracket: FloatArray, center: FloatArray, spread: FloatArray) -> FloatArray:
+    """PRICES prices in [μ_lo, μ_hi]: spread over it at first, then zooming (log scale) on the last pick."""
+    lo, hi = bracket[..., 0], bracket[..., 1]
+    lo_safe = np.maximum(lo, 1e-300)
+    width = np.log(np.maximum(hi, lo_safe) / lo_safe) * np.minimum(spread, 1.0)
+    mid = np.where(
+        center > 0, np.log(np.clip(center, lo_safe, np.maximum(hi, lo_safe))), np.log(lo_safe) + 0.5 * width
+    )
+    frac = np.linspace(-0.5, 0.5, PRICES)
+    levels = np.exp(
+        np.clip(
+            mid[..., None] + width[..., None] * frac,
+            np.log(lo_safe)[..., None],
+            np.log(np.maximum(hi, lo_safe))[..., None],
+        )
+    )
+    return np.where(lo[..., None] > 0, levels, 0.0)
+
+
+def _expand(terms: ClusterTerms) -> ClusterTerms:
+    """The terms with an axis for candidate prices before the cluster axis."""
+    return ClusterTerms(*(np.asarray(getattr(terms, f))[..., None, :] for f in terms.__dataclass_fields__))
+
+
+def _rate_model(
+    pr: RoundProblem, beta: FloatArray, x: FloatArray, on: BoolArray
+) -> tuple[FloatArray, FloatArray]:
+    """(c, d) of r ≈ c + d·β: the link's SNR held fixed (c = 0), or at p_max its rate's tangent at β."""
+    limit = snr_limit(pr, beta)
+    at_max = on & (x >= limit * (1 - 1e-9))
+    ell = np.log2(1.0 + np.maximum(x, 1e-300))
+    tangent = pr.bandwidth_hz * (ell - x / ((1.0 + x) * np.log(2.0)))
+    d = np.where(at_max, tangent, pr.bandwidth_hz * ell)
+    c = np.where(at_max, beta * pr.bandwidth_hz * ell - tangent * beta, 0.0)
+    return np.where(on, c, 0.0), np.where(on, d, 1.0)
+
+
+def _zeta(pr: RoundProblem, x: FloatArray, on: BoolArray) -> FloatArray:
+    with np.errstate(divide="ignore"):
+        return np.where(on, 1.0 / (pr.bandwidth_hz * np.log2(1.0 + np.maximum(x, 1e-300))), 0.0)
+
+
+def _score(
+    pr: RoundProblem,
+    terms: ClusterTerms,
+    delta: IntArray,
+    beta: FloatArray,
+    x: FloatArray,
+    weight: FloatArray,
+) -> FloatArray:
+    on = delta > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * np.log2(1.0 + x)), 0.0)
+        per_bit = np.where(on, x / np.log2(1.0 + np.maximum(x, 1e-300)), 0.0)
+    score = latency_cost(pr, terms, delta, u) + np.sum(weight * per_bit, axis=-1)
+    return np.where(np.all(np.isfinite(u), axis=-1), score, _INF)

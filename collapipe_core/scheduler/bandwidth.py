@@ -1,0 +1,317 @@
+"""The bandwidth step of DSSDA's link allocation: exact β for a fixed rate model, by KKT structures.
+
+Each scheduled link's rate is modelled as r_k = c_k + d_k·β_k (c = 0, d = W·log2(1 + x_k) at a fixed SNR;
+the tangent of the concave rate for a link at p_max) and u_k = 1/r_k. The link-dependent latency of a
+cluster is
+
+    Lat(u) = a·Σ_k u_k + c1·[max(c^F, P·z1) + max(c^B, P·z1)] + c2·max(Γ_f, B·z2),
+    z1 = max_k u_k,  z2 = max_k δ_k·u_k,
+
+convex in β. With common targets z1 (link) and z2 (gather) and bandwidth price μ = s², the KKT
+conditions give u_k = s·min(κ1, κ2/δ_k, √(ζ_k/a)), ζ_k = 1/d_k: every device is bound by the link
+target, by the gather target, or interior (water-filling). A free target with slope σ of its term has
+κ² = Σ_B (ζ_k/m_k)/(σ + a·Σ_B m_k) over the devices B binding it (the longest self-consistent prefix
+by ζ_k/m_k²; m_k = 1 for the link target, 1/δ_k for the gather target, min(1, δ*/δ_k) when the two are
+tied at ratio δ*); a target can also sit at a kink of its term. The budget Σ_k (1/u_k − c_k)/d_k = 1
+fixes s in closed form. Every structure is a candidate, and the cheapest is the exact minimiser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from collapipe_core.network import BoolArray, FloatArray
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet
+
+_INF = np.inf
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterTerms:
+    """Per (batch, cluster) coefficients of the link-dependent cost, arrays of shape (..., N)."""
+
+    a: FloatArray  # weight of Σ_k u_k
+    c1: FloatArray  # weight of the stage maxima
+    c2: FloatArray  # weight of the gather maximum
+    stage_f: FloatArray  # c^F = max(c_F, max_k δ_k·a_k)
+    stage_b: FloatArray  # c^B = max(c_B, 2·max_k δ_k·a_k)
+    gather_floor: FloatArray  # Γ_f, seconds
+
+
+def cluster_terms(
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: FloatArray,
+    pipeline_weight: FloatArray,
+    gather_weight: FloatArray,
+    gather_floor: FloatArray,
+) -> ClusterTerms:
+    x = np.where(delta > 0, delta * pr.compute_s, 0.0).max(axis=-1)
+    return ClusterTerms(
+        a=2.0 * pipeline_weight * pr.V * pr.iterations * pr.payload_bits,
+        c1=pipeline_weight * pr.V * pr.iterations * (micro - 1.0),
+        c2=gather_weight * pr.V,
+        stage_f=np.maximum(pr.chain_max_forward_s, x),
+        stage_b=np.maximum(pr.chain_max_backward_s, 2.0 * x),
+        gather_floor=gather_floor,
+    )
+
+
+def latency_cost(pr: RoundProblem, terms: ClusterTerms, delta: IntArray, u: FloatArray) -> FloatArray:
+    """Lat(u) for u (..., N, K) (ignored where δ = 0), shape (..., N)."""
+    on = delta > 0
+    uu = np.where(on, u, 0.0)
+    z1 = uu.max(axis=-1)
+    z2 = (delta * uu).max(axis=-1)
+    link = pr.payload_bits * z1
+    cost = (
+        terms.a * uu.sum(axis=-1)
+        + terms.c1 * (np.maximum(terms.stage_f, link) + np.maximum(terms.stage_b, link))
+        + terms.c2 * np.maximum(terms.gather_floor, pr.block_bits * z2)
+    )
+    return np.asarray(cost, dtype=np.float64)
+
+
+@quiet
+def bandwidth_step(
+    pr: RoundProblem,
+    terms: ClusterTerms,
+    delta: IntArray,
+    intercept: FloatArray,
+    slope: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """Exact β for the rate model r_k = c_k + d_k·β_k (..., N, K); returns (β, [μ_lo, μ_hi] (..., N, 2)).
+
+    A link at a fixed SNR x has c = 0, d = W·ℓ(x) (exact); a link held at p_max has the tangent of its
+    concave rate at the current β. Several structures can reach the same minimum (one device, ties,
+    kinks), each with its own price: the range of the cost-tied candidates' prices is returned.
+    """
+    lead = delta.shape[:-1]
+    k = delta.shape[-1]
+    rows = int(np.prod(lead)) if lead else 1
+    on = (delta > 0).reshape(rows, k)
+    d = np.where(on, delta.reshape(rows, k), 1).astype(np.float64)
+    z = np.where(on, 1.0 / np.where(on, slope.reshape(rows, k), 1.0), 0.0)  # ζ = 1/d_k
+    extra = 1.0 + np.sum(np.where(on, intercept.reshape(rows, k) * z, 0.0), axis=1)  # 1 + Σ c/d
+    a, c1, c2, stage_f, stage_b, floor = (
+        np.broadcast_to(np.asarray(x), lead).reshape(rows)
+        for x in (terms.a, terms.c1, terms.c2, terms.stage_f, terms.stage_b, terms.gather_floor)
+    )
+    free, fixed = _candidates(z, d, on, a, c1, c2, stage_f, stage_b, floor, pr.payload_bits, pr.block_bits)
+    u, s = _normalise(z[:, None, :] / extra[:, None, None], free, fixed, on[:, None, :])
+    cost = _cost(
+        u, d[:, None, :], on[:, None, :], a, c1, c2, stage_f, stage_b, floor, pr.payload_bits, pr.block_bits
+    )
+    best = np.argmin(cost, axis=1)
+    pick = np.arange(rows)
+    u_best = u[pick, best]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beta = np.where(on, z / np.where(on, u_best, 1.0) - intercept.reshape(rows, k) * z, 0.0)
+    beta = np.where(on, np.maximum(beta, 1e-9), 0.0)
+    beta = beta / np.maximum(beta.sum(axis=1, keepdims=True), 1.0)  # guard rounding above 1
+    low = cost[pick, best]
+    tied = np.isfinite(s) & (cost <= low[:, None] * (1 + 1e-9) + 1e-300)
+    mu = s**2
+    lo = np.min(np.where(tied, mu, np.inf), axis=1)
+    hi = np.max(np.where(tied, mu, -np.inf), axis=1)
+    lo = np.where(np.isfinite(lo), lo, 0.0)
+    hi = np.where(np.isfinite(hi), hi, lo)
+    return beta.reshape(delta.shape), np.stack([lo, hi], axis=-1).reshape((*lead, 2))
+
+
+def _candidates(
+    z: FloatArray,
+    d: FloatArray,
+    on: BoolArray,
+    a: FloatArray,
+    c1: FloatArray,
+    c2: FloatArray,
+    stage_f: FloatArray,
+    stage_b: FloatArray,
+    floor: FloatArray,
+    p_bits: float,
+    b_bits: float,
+) -> tuple[FloatArray, FloatArray]:
+    """Per-device free factors c_k and fixed bounds F_k (R, C, K) of every KKT structure.
+
+    (A) separate targets: devices with δ ≤ threshold bind the link target z1 = s·κ1 (slope σ1 of its
+        term, or z1 at a kink), the others the gather target z2 = s·κ2 (slope σ2, or at its kink);
+    (B) tied targets at ratio z2/z1 = δ* (a device value): one target z1 = s·κ with bounds
+        m_k·z1, m_k = min(1, δ*/δ_k), and slope σ1 + δ*·σ2 (or z1 at a kink of either term).
+    Every device is also capped by its interior (water-filling) value s·√(ζ_k/a).
+    """
+    rows, k = z.shape
+    a_eff = a + 1e-12 * (c1 * p_bits + c2 * b_bits) + 1e-300
+    interior = np.where(on, np.sqrt(z / a_eff[:, None]), _INF)[:, None, :]  # (R, 1, K)
+    inf = np.full((rows, 1, 1), _INF)
+    distinct = _distinct(np.where(on, d, 0.0))  # (R, U) the rows' distinct δ values (padded)
+    # (A) thresholds 0 and every distinct δ
+    thr = np.concatenate([np.zeros((rows, 1)), distinct], axis=1)  # (R, J)
+    link_side = (d[:, None, :] <= thr[:, :, None]) & on[:, None, :]
+    gather_side = ~link_side & on[:, None, :]
+    ones = np.ones_like(link_side, dtype=np.float64)
+    slopes1 = np.stack([c1 * p_bits, 2.0 * c1 * p_bits], axis=1)  # (R, 2)
+    k1 = _kappa(z, ones, link_side, a, slopes1)  # (R, J, 2)
+    k2 = _kappa(z, 1.0 / np.broadcast_to(d[:, None, :], ones.shape), gather_side, a, (c2 * b_bits)[:, None])
+    j = thr.shape[1]
+    k1 = np.concatenate([np.full((rows, j, 1), _INF), k1], axis=2)  # σ1 ∈ {0, c1P, 2c1P}
+    k2 = np.concatenate([np.full((rows, j, 1), _INF), k2], axis=2)  # σ2 ∈ {0, c2B}
+    kink1 = np.stack([stage_f / p_bits, stage_b / p_bits], axis=1)[:, :, None]  # (R, 2, 1)
+    kink2 = (floor / b_bits)[:, None, None]  # (R, 1, 1)
+    dd = d[:, None, :]
+    free, fixed = [], []
+    # (A) free × free
+    a_k1 = k1[:, :, :, None].repeat(2, axis=3).reshape(rows, -1)[:, :, None]
+    a_k2 = k2[:, :, None, :].repeat(3, axis=2).reshape(rows, -1)[:, :, None]
+    free.append(np.minimum(a_k1, a_k2 / dd))
+    fixed.append(np.broadcast_to(inf, free[-1].shape))
+    # (A) link at a kink × free gather target
+    f = np.broadcast_to(kink1[:, :, None, :], (rows, 2, j * 2, 1)).reshape(rows, -1, 1)
+    c = np.broadcast_to(k2.reshape(rows, 1, -1), (rows, 2, j * 2)).reshape(rows, -1)[:, :, None] / dd
+    free.append(c)
+    fixed.append(np.broadcast_to(f, c.shape))
+    # (A) free link target × gather at its kink
+    free.append(np.broadcast_to(k1.reshape(rows, -1, 1), (rows, 3 * j, k)))
+    fixed.append(np.broadcast_to(kink2 / dd, (rows, 3 * j, k)))
+    # (A) both at kinks
+    fixed.append(np.minimum(kink1, kink2 / dd))
+    free.append(np.broadcast_to(inf, fixed[-1].shape))
+    # (B) tied at δ* = each distinct δ
+    star = distinct  # (R, U)
+    m = np.minimum(1.0, star[:, :, None] / dd)  # (R, K*, K)
+    tied_slopes = np.stack(
+        [
+            s1[:, None] + star * s2[:, None]
+            for s1 in (0.0 * c1, c1 * p_bits, 2.0 * c1 * p_bits)
+            for s2 in (0.0 * c2, c2 * b_bits)
+        ][1:],
+        axis=2,
+    )  # (R, K*, 5): σ1 + δ*·σ2 except both zero
+    side = np.broadcast_to(on[:, None, :], m.shape)
+    kt = _kappa_per_row(z, m, side, a, tied_slopes)  # (R, K*, 5)
+    valid_star = np.ones((*kt.shape[:2], 1), dtype=bool)
+    free.append((m[:, :, None, :] * kt[:, :, :, None]).reshape(rows, -1, k))
+    fixed.append(np.broadcast_to(inf, free[-1].shape))
+    # (B) tied, at a kink of the link term or of the gather term
+    fk = np.concatenate(
+        [m[:, :, None, :] * kink1[:, None, :, :], (m * (kink2 / star[:, :, None]))[:, :, None, :]], axis=2
+    )
+    fk = np.where(valid_star[:, :, :, None], fk, 0.0).reshape(rows, -1, k)
+    fixed.append(fk)
+    free.append(np.broadcast_to(inf, fk.shape))
+    free_all = np.minimum(np.concatenate(free, axis=1), interior)
+    fixed_all = np.concatenate(
+        [np.broadcast_to(f, fr.shape) for f, fr in zip(fixed, free, strict=True)], axis=1
+    )
+    return free_all, fixed_all
+
+
+def _distinct(values: FloatArray) -> FloatArray:
+    """The distinct positive values of each row, ascending, padded with the row's largest."""
+    v = np.sort(values, axis=1)
+    new = (v > 0) & np.concatenate([np.ones((v.shape[0], 1), dtype=bool), v[:, 1:] != v[:, :-1]], axis=1)
+    width = max(int(new.sum(axis=1).max()), 1)
+    compact = np.sort(np.where(new, v, np.inf), axis=1)[:, :width]
+    return np.where(np.isfinite(compact), compact, v[:, -1:])
+
+
+def _kappa(z: FloatArray, m: FloatArray, side: BoolArray, a: FloatArray, slopes: FloatArray) -> FloatArray:
+    """κ of a common target for each group (R, G, K) and slope (R, S): see :func:`_kappa_per_row`."""
+    sl = np.broadcast_to(slopes[:, None, :], (slopes.shape[0], side.shape[1], slopes.shape[1]))
+    return _kappa_per_row(z, m, side, a, sl)
+
+
+def _kappa_per_row(
+    z: FloatArray, m: FloatArray, side: BoolArray, a: FloatArray, slopes: FloatArray
+) -> FloatArray:
+    """κ with κ² = Σ_B (ζ_k/m_k) / (σ + a·Σ_B m_k) over the binding set B of each group.
+
+    Devices of a group (mask ``side``) bound by m_k·z share a target z = s·κ with slope σ; B is the
+    longest prefix by ζ_k/m_k² (descending) with ζ_i/m_i²·(σ + a·Σ_{≤i} m) ≥ a·Σ_{≤i} ζ/m — the
+    water-filling consistency condition, true exactly on a prefix. z (R, K), m/side (R, G, K),
+    slopes (R, G, S) → κ (R, G, S); ∞ when σ = 0 or the group is empty.
+    """
+    mm = np.where(side, m, 1.0)
+    key = np.where(side, z[:, None, :] / (mm * mm), 0.0)
+    order = np.argsort(-key, axis=2)
+    ks = np.take_along_axis(key, order, axis=2)
+    ms = np.take_along_axis(mm, order, axis=2)
+    zm = np.where(ks > 0, ks * ms, 0.0)  # ζ/m
+    mw = np.where(ks > 0, ms, 0.0)
+    c_zm = np.cumsum(zm, axis=2)[..., None]
+    c_m = np.cumsum(mw, axis=2)[..., None]
+    sig = slopes[:, :, None, :]
+    aa = a[:, None, None, None]
+    ok = (ks[..., None] > 0) & (ks[..., None] * (sig + aa * c_m) >= aa * c_zm * (1 - 1e-12))
+    last = ok.sum(axis=2)  # (R, G, S)
+    idx = np.maximum(last - 1, 0)[:, :, None, :]
+    num = np.take_along_axis(np.broadcast_to(c_zm, ok.shape), idx, axis=2)[:, :, 0, :]
+    den = np.take_along_axis(np.broadcast_to(c_m, ok.shape), idx, axis=2)[:, :, 0, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k2 = num / (slopes + a[:, None, None] * den)
+    return np.where((last > 0) & (slopes > 0), np.sqrt(k2), _INF)
+
+
+def _normalise(
+    z: FloatArray, free: FloatArray, fixed: FloatArray, on: BoolArray
+) -> tuple[FloatArray, FloatArray]:
+    """u_k = min(F_k, s·c_k) with Σ ζ_k/u_k = 1: returns (u, s); s = ∞ and u = ∞ when infeasible.
+
+    With y = 1/s the bandwidth Σ_k max(ζ_k/F_k, y·ζ_k/c_k) is piecewise linear and increasing; device k
+    switches to its free bound at y = c_k/F_k. After sorting the switch points, the piece with the first
+    i devices switched gives y = (1 − Σ_{>i} ζ/F)/Σ_{≤i} ζ/c, valid if it lies between its switch points.
+    """
+    shape = np.broadcast_shapes(z.shape, free.shape, fixed.shape)
+    z, free, fixed = (np.broadcast_to(x, shape) for x in (z, free, fixed))
+    on = np.broadcast_to(on, shape)
+    finite = on & np.isfinite(free)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        base = np.where(on, z / fixed, 0.0)  # ζ/F (0 when F = ∞)
+        slope = np.where(finite, z / free, 0.0)  # ζ/c
+        bp = np.where(finite, free / fixed, _INF)
+    order = np.argsort(bp, axis=-1)
+    bps = np.take_along_axis(bp, order, axis=-1)
+    base_s = np.take_along_axis(base, order, axis=-1)
+    slope_s = np.take_along_axis(slope, order, axis=-1)
+    with np.errstate(invalid="ignore"):
+        rest = base_s.sum(axis=-1, keepdims=True) - np.cumsum(base_s, axis=-1)
+    lin = np.cumsum(slope_s, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = (1.0 - rest) / lin
+    nxt = np.concatenate([bps[..., 1:], np.full((*bps.shape[:-1], 1), _INF)], axis=-1)
+    with np.errstate(invalid="ignore"):
+        valid = (lin > 0) & (y >= bps * (1 - 1e-12)) & (y <= nxt * (1 + 1e-12)) & np.isfinite(bps)
+    y_sol = np.max(np.where(valid, y, -1.0), axis=-1)
+    feasible = y_sol > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(feasible, 1.0 / np.where(feasible, y_sol, 1.0), _INF)
+        u = np.where(on & feasible[..., None], np.minimum(fixed, s[..., None] * free), _INF)
+    return u, s
+
+
+def _cost(
+    u: FloatArray,
+    d: FloatArray,
+    on: BoolArray,
+    a: FloatArray,
+    c1: FloatArray,
+    c2: FloatArray,
+    stage_f: FloatArray,
+    stage_b: FloatArray,
+    floor: FloatArray,
+    p_bits: float,
+    b_bits: float,
+) -> FloatArray:
+    on = np.broadcast_to(on, u.shape)
+    uu = np.where(on, u, 0.0)
+    z1 = uu.max(axis=-1)
+    z2 = (d * uu).max(axis=-1)
+    link = p_bits * z1
+    cost = (
+        a[:, None] * uu.sum(axis=-1)
+        + c1[:, None] * (np.maximum(stage_f[:, None], link) + np.maximum(stage_b[:, None], link))
+        + c2[:, None] * np.maximum(floor[:, None], b_bits * z2)
+    )
+    return np.where(np.all(np.isfinite(np.where(on, u, 0.0)), axis=-1), cost, _INF)

@@ -1,0 +1,204 @@
+"""The per-round scheduling problem as plain arrays: the constants of evaluate()'s model, vectorised.
+
+Every scheduler works on the same numbers. For cluster n and device k (arrays (N, K)), per micro-batch
+of b samples and per TEB:
+
+- a_k  = b·Φ_F / (F_k·speed_k)            forward compute time of one TEB (backward is 2·a_k)
+- e_k  = κ·f_k²·I·b·(Φ_F + Φ_B) / (FLOPs/cycle)   compute energy of one TEB for one micro-batch, per round
+- P    = 8·b·s·d·bytes                     bits of one activation (or gradient) payload
+- B    = 8·|θ_TEB|·bytes                   bits of one TEB's parameters (gathered at aggregation)
+- U    = 8·bytes·(|θ_emb| + |θ_enc|) / r_up  the CU's upload time (the same for every decision)
+- S0, c_F, c_B: sum and maxima of the CU's and the edge server's stage times (forward / backward)
+
+With u_k = 1/r_k (seconds per bit) a decision (δ, M, β, p) costs
+
+    T^pipe_n = S0 + Σ_{δ_k>0} (3·δ_k·a_k + 2·P·u_k)
+               + (M_n − 1)·[max(c_F, max_k max(δ_k·a_k, P·u_k)) + max(c_B, max_k max(2·δ_k·a_k, P·u_k))]
+    A_n      = U + max_{δ_k>0} δ_k·B·u_k
+    E_k      = M_n·δ_k·e_k + p_k·u_k·(2·I·M_n·P + δ_k·B)
+    J        = V·(max_n I·T^pipe_n + max_n A_n + λ·σ²/(b·Σ_n M_n)) + Σ_k Q_k·E_k
+
+which is exactly :func:`collapipe_core.costmodel.evaluate` for the GPipe schedule (the tests check it).
+For 1F1B the solvers use the same closed form as their latency model (the cost model simulates 1F1B).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Literal, ParamSpec, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from collapipe_core.network import BoolArray, FloatArray
+from collapipe_core.state import RoundState
+
+IntArray = npt.NDArray[np.int64]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def quiet(step: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a solver step without IEEE warnings: the steps mark infeasible candidates with ∞ (and 0·∞ = NaN
+    along the way) and mask them out explicitly."""
+
+    @wraps(step)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return step(*args, **kwargs)
+
+    return run
+
+
+@dataclass(frozen=True, eq=False)
+class RoundProblem:
+    """Constants of one round's problem; device arrays are (N, K)."""
+
+    num_blocks: int  # L
+    available: BoolArray
+    compute_s: FloatArray  # a_k
+    compute_energy_j: FloatArray  # e_k
+    gain: FloatArray  # h_k
+    max_power_w: FloatArray
+    queues: FloatArray  # Q_k
+    memory_bytes: FloatArray
+    block_state_bytes: float
+    activation_bytes: float  # b × activations of one TEB for one micro-batch
+    overhead_bytes: float
+    payload_bits: float  # P
+    block_bits: float  # B
+    upload_s: float  # U
+    chain_sum_s: float  # S0
+    chain_max_forward_s: float  # c_F
+    chain_max_backward_s: float  # c_B
+    bandwidth_hz: float  # W
+    noise_w_per_hz: float  # N0
+    iterations: int  # I
+    V: float
+    lambda_: float
+    gradient_variance: float
+    microbatch_size: int
+    microbatch_limit: int
+    schedule: Literal["gpipe", "1f1b"]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.available.shape[0]), int(self.available.shape[1]))
+
+    def with_queues(self, queues: FloatArray) -> RoundProblem:
+        return dataclasses.replace(self, queues=np.asarray(queues, dtype=np.float64))
+
+    def cluster(self, n: int) -> RoundProblem:
+        """Cluster n alone (a one-cluster problem with the same constants)."""
+        rows = slice(n, n + 1)
+        device_fields = (
+            "available",
+            "compute_s",
+            "compute_energy_j",
+            "gain",
+            "max_power_w",
+            "queues",
+            "memory_bytes",
+        )
+        return dataclasses.replace(self, **{name: getattr(self, name)[rows] for name in device_fields})
+
+    def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
+        """Most TEBs each device can hold with M micro-batches (``micro`` broadcasts against (..., N)).
+
+        GPipe keeps all M micro-batches' activations. For 1F1B device k keeps min(j + 2, M), j = scheduled
+        devices after it; the caps use j = available devices after it, an upper bound, so they are safe
+        for every placement. Unavailable devices get 0.
+        """
+        m = np.asarray(micro, dtype=np.float64)[..., None]
+        in_flight = np.broadcast_to(m, (*m.shape[:-1], self.shape[1]))
+        if self.schedule == "1f1b":
+            after: FloatArray = np.cumsum(self.available[:, ::-1], axis=1)[:, ::-1] - self.available
+            in_flight = np.minimum(in_flight, after + 2.0)
+        per_block = self.block_state_bytes + in_flight * self.activation_bytes
+        caps = np.floor((self.memory_bytes - self.overhead_bytes) / per_block)
+        return np.where(self.available, np.clip(caps, 0, self.num_blocks), 0).astype(np.int64)
+
+    def rate_bps(self, beta: FloatArray, power: FloatArray) -> FloatArray:
+        """r = βW·log2(1 + p·h/(βW·N0)), 0 where β or p is 0 (any leading batch dimensions)."""
+        bw = np.maximum(beta, 0.0) * self.bandwidth_hz
+        with np.errstate(divide="ignore", invalid="ignore"):
+            snr = np.where(bw > 0, np.maximum(power, 0.0) * self.gain / (bw * self.noise_w_per_hz), 0.0)
+        return np.where(bw > 0, bw * np.log2(1.0 + snr), 0.0)
+
+
+@dataclass(frozen=True, eq=False)
+class Costs:
+    """The closed-form figures of a batch of decisions (leading dims ``...``)."""
+
+    pipeline_s: FloatArray  # (..., N) one iteration
+    gather_s: FloatArray  # (..., N) max_k δ_k·B·u_k (without the upload)
+    energy_j: FloatArray  # (..., N, K)
+    objective: FloatArray  # (...)
+
+
+def build_problem(state: RoundState) -> RoundProblem:
+    sc, prof, st = state.scenario, state.profile, state.settings
+    b = st.microbatch_size
+    cu_f = b * prof.embedding_forward_flops / sc.cu_flops_per_s
+    cu_b = b * prof.embedding_backward_flops / sc.cu_flops_per_s
+    edge_f = b * prof.head_forward_flops / sc.edge_flops_per_s
+    edge_b = b * prof.head_backward_flops / sc.edge_flops_per_s
+    payload_bits = 8.0 * b * prof.payload_bytes
+    cu_link = payload_bits / sc.cu_link_rate_bps
+    edge_link = payload_bits / sc.edge_downlink_rate_bps
+    flops_per_block = b * (prof.block_forward_flops + prof.block_backward_flops)
+    upload_bits = 8.0 * prof.bytes_per_element * (prof.embedding_params + prof.encoder_params)
+    return RoundProblem(
+        num_blocks=prof.num_blocks,
+        available=np.asarray(state.available, dtype=bool),
+        compute_s=b * prof.block_forward_flops / (sc.flops_per_s * state.speed_factor),
+        compute_energy_j=sc.kappa * sc.cpu_hz**2 * st.local_iterations * flops_per_block / sc.flops_per_cycle,
+        gain=np.asarray(state.gain, dtype=np.float64),
+        max_power_w=np.asarray(sc.max_power_w, dtype=np.float64),
+        queues=np.asarray(state.queues, dtype=np.float64),
+        memory_bytes=np.asarray(sc.memory_bytes, dtype=np.float64),
+        block_state_bytes=prof.block_state_bytes,
+        activation_bytes=b * prof.block_activation_bytes,
+        overhead_bytes=sc.runtime_overhead_bytes,
+        payload_bits=payload_bits,
+        block_bits=8.0 * prof.block_params * prof.bytes_per_element,
+        upload_s=upload_bits / sc.cu_uplink_rate_bps,
+        chain_sum_s=cu_f + cu_link + edge_f + edge_b + edge_link + cu_b,
+        chain_max_forward_s=max(cu_f, cu_link, edge_f),
+        chain_max_backward_s=max(cu_b, edge_link, edge_b),
+        bandwidth_hz=sc.bandwidth_hz,
+        noise_w_per_hz=sc.noise_density_w_per_hz,
+        iterations=st.local_iterations,
+        V=st.V,
+        lambda_=st.lambda_,
+        gradient_variance=st.gradient_variance,
+        microbatch_size=b,
+        microbatch_limit=st.microbatch_limit,
+        schedule=st.schedule,
+    )
+
+
+def costs(
+    problem: RoundProblem, delta: IntArray, micro: IntArray, time_per_bit: FloatArray, power: FloatArray
+) -> Costs:
+    """The model's figures for δ (..., N, K), M (..., N), u = 1/r (..., N, K; any value where δ = 0), p."""
+    pr = problem
+    sched = delta > 0
+    u = np.where(sched, time_per_bit, 0.0)
+    x = delta * pr.compute_s
+    tx = pr.payload_bits * u
+    m = micro.astype(np.float64)
+    total = pr.chain_sum_s + np.sum(np.where(sched, 3.0 * x + 2.0 * tx, 0.0), axis=-1)
+    max_f = np.maximum(pr.chain_max_forward_s, np.max(np.where(sched, np.maximum(x, tx), 0.0), axis=-1))
+    max_b = np.maximum(pr.chain_max_backward_s, np.max(np.where(sched, np.maximum(2 * x, tx), 0.0), axis=-1))
+    pipeline = total + (m - 1.0) * (max_f + max_b)
+    gather = np.max(delta * pr.block_bits * u, axis=-1)
+    bits = 2.0 * pr.iterations * m[..., None] * pr.payload_bits + delta * pr.block_bits
+    energy = np.where(sched, m[..., None] * delta * pr.compute_energy_j + power * u * bits, 0.0)
+    convergence = pr.gradient_variance / (pr.microbatch_size * m.sum(axis=-1))
+    latency = np.max(pr.iterations * pipeline, axis=-1) + np.max(gather, axis=-1) + pr.upload_s
+    objective = pr.V * (latency + pr.lambda_ * convergence) + np.sum(pr.queues * energy, axis=(-2, -1))
+    return Costs(pipeline_s=pipeline, gather_s=gather, energy_j=energy, objective=objective)

@@ -1,0 +1,225 @@
+"""The link models under which DSSDA's segment step proposes new segments (and micro-batch counts).
+
+The segment DP needs, for each device and TEB count d, the additive cost of d TEBs there, its link
+time and its gather time. The links are re-solved after every proposal, so two models of what a
+device's link will be are used, side by side (each proposal is re-allocated and scored exactly):
+
+- **current links**: scheduled devices keep their (β_k, p_k); a device not scheduled gets an equal
+  share 1/(m + 1) of the band (m scheduled devices) at p_max. With u_k = 1/r_k:
+      c_k(d) = w·V·I·(3·d·a_k + 2·P·u_k) + Q_k·(M·d·e_k + p_k·u_k·(2·I·M·P + d·B)),
+      t_k = P·u_k,  γ_k(d) = d·B·u_k.
+- **priced links**: every device's link follows the current common latency targets z1 (link),
+  z2 (gather) and interior value √(μ·ζ_k/a): u_k(d) = min(z1, z2/d, √(μ·ζ_k/a)) at its current SNR x_k
+  (ζ_k = 1/(W·log2(1 + x_k))), and its bandwidth ζ_k/u_k(d) is charged at the current price μ:
+      c_k(d) = w·V·I·(3·d·a_k + 2·P·u_k(d)) + Q_k·(M·d·e_k + (2·I·M·P + d·B)·N0·x_k/(h_k·log2(1 + x_k)))
+               + μ·ζ_k/u_k(d),
+      t_k = P·z1,  γ_k(d) = d·B·u_k(d).
+  This is the Lagrangian of the bandwidth budget: it sees the bandwidth a device frees when it is
+  dropped and what a device needs for more TEBs, which fixed links cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from collapipe_core.network import FloatArray
+from collapipe_core.scheduler.allocation import bandwidth_step, cluster_terms, solve_foc
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet
+from collapipe_core.scheduler.segments import SegmentCosts
+
+
+def time_per_bit(pr: RoundProblem, beta: FloatArray, power: FloatArray) -> FloatArray:
+    rate = pr.rate_bps(beta, power)
+    with np.errstate(divide="ignore"):
+        return np.where(rate > 0, 1.0 / np.where(rate > 0, rate, 1.0), np.inf)
+
+
+def gather_floors(
+    pr: RoundProblem, delta: IntArray, micro: IntArray, beta: FloatArray, power: FloatArray
+) -> FloatArray:
+    """For each cluster the largest gather time among the other clusters (..., N); 0 with one cluster."""
+    n = pr.shape[0]
+    if n == 1 or not np.any(delta > 0):
+        return np.zeros(delta.shape[:-1])
+    g = costs(pr, delta, micro, time_per_bit(pr, beta, power), power).gather_s
+    return np.stack([np.max(np.delete(g, i, axis=-1), axis=-1) for i in range(n)], axis=-1)
+
+
+def _prospective(
+    pr: RoundProblem, delta: IntArray, beta: FloatArray, power: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    on = delta > 0
+    share = 1.0 / (on.sum(axis=-1, keepdims=True) + 1.0)
+    beta = np.where(on, beta, np.where(pr.available, share, 0.0))
+    power = np.where(on, power, np.where(pr.available, pr.max_power_w, 0.0))
+    return beta, power
+
+
+@quiet
+def current_links(
+    pr: RoundProblem, delta: IntArray, micro: IntArray, beta: FloatArray, power: FloatArray, floor: FloatArray
+) -> SegmentCosts:
+    """The segment data (rows = all leading dims × clusters) under the current-links model."""
+    beta, power = _prospective(pr, delta, beta, power)
+    u = time_per_bit(pr, beta, power)
+    u = np.where(np.isfinite(u), u, 1e30)
+    m = micro.astype(np.float64)[..., None]
+    it, p_bits, b_bits = pr.iterations, pr.payload_bits, pr.block_bits
+    d = np.arange(1, pr.num_blocks + 1, dtype=np.float64)
+    fixed = pr.V * it * 2 * p_bits * u + pr.queues * power * u * 2 * it * m * p_bits
+    per_block = pr.V * it * 3 * pr.compute_s + pr.queues * (m * pr.compute_energy_j + power * u * b_bits)
+    cost = fixed[..., None] + per_block[..., None] * d
+    caps = np.where(pr.available, pr.memory_caps(micro), 0)
+    return _pack(pr, micro, cost, (b_bits * u)[..., None] * d, p_bits * u, floor, caps, pr.compute_s)
+
+
+GATHER_TARGETS = (0.5, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0, 3.0)
+
+
+@quiet
+def without_each(
+    pr: RoundProblem, delta: IntArray, micro: IntArray, beta: FloatArray, power: FloatArray, floor: FloatArray
+) -> SegmentCosts:
+    """Current links with one device left out (its cap 0): rows (..., N, K), the last axis the excluded."""
+    sc = current_links(pr, delta, micro, beta, power, floor)
+    k = pr.shape[1]
+    rep = SegmentCosts(*(np.repeat(getattr(sc, f), k, axis=0) for f in SegmentCosts.__dataclass_fields__))
+    caps = rep.caps.reshape(-1, k, k).copy()
+    caps[:, np.arange(k), np.arange(k)] = 0
+    return SegmentCosts(**{**rep.__dict__, "caps": caps.reshape(-1, k)})
+
+
+@quiet
+def equal_shares(
+    pr: RoundProblem, delta: IntArray, micro: IntArray, beta: FloatArray, power: FloatArray, floor: FloatArray
+) -> SegmentCosts:
+    """Every available device on an equal share 1/m at p_max, for m = 1, 2, K: rows (..., N, 3)."""
+    k = pr.shape[1]
+    counts = np.array(sorted({c for c in (1, 2, k) if 1 <= c <= k}), dtype=np.float64)
+    parts = []
+    for m in counts:
+        share = np.broadcast_to(np.where(pr.available, 1.0 / m, 0.0), beta.shape)
+        scheduled = np.broadcast_to(pr.available.astype(np.int64), delta.shape)
+        parts.append(
+            current_links(pr, scheduled, micro, share, np.where(share > 0, pr.max_power_w, 0.0), floor)
+        )
+    rows = parts[0].constant.shape[0]
+    return SegmentCosts(
+        *(
+            np.stack([getattr(p, f) for p in parts], axis=1).reshape(
+                (rows * len(parts), *getattr(parts[0], f).shape[1:])
+            )
+            for f in SegmentCosts.__dataclass_fields__
+        )
+    )
+
+
+@quiet
+def priced_links(
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: IntArray,
+    beta: FloatArray,
+    power: FloatArray,
+    floor: FloatArray,
+    weight: float = 1.0,
+    targets: tuple[float, ...] = GATHER_TARGETS,
+) -> SegmentCosts:
+    """The segment data under the priced-links model, one row per gather target (..., N, G) flattened.
+
+    ``weight`` scales the cluster's own pipeline time (w < 1: a cluster below the pipeline maximum)."""
+    on = delta > 0
+    beta, power = _prospective(pr, delta, beta, power)
+    available = np.broadcast_to(pr.available, beta.shape)
+    snr = np.where(
+        available, power * pr.gain / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * pr.noise_w_per_hz), 1.0
+    )
+    zeta = 1.0 / (pr.bandwidth_hz * np.log2(1.0 + np.maximum(snr, 1e-12)))
+    u = np.where(on, zeta / np.maximum(beta, 1e-300), 0.0)
+    mf = micro.astype(np.float64)
+    ones = np.ones(mf.shape)
+    terms = cluster_terms(pr, delta, mf, weight * ones, ones, floor)
+    _, bracket = bandwidth_step(pr, terms, delta, np.zeros(beta.shape), np.where(on, 1.0 / zeta, 1.0))
+    g_count = len(targets)
+    # axes (..., N, G, K, L): cluster, gather target, device, TEBs
+    mu = np.sqrt(np.maximum(bracket[..., 0], 0.0) * np.maximum(bracket[..., 1], 0.0))[..., None, None, None]
+    z1 = u.max(axis=-1)[..., None, None, None]
+    z2 = (delta * u).max(axis=-1)[..., None, None, None] * np.array(targets)[:, None, None]
+    d = np.arange(1, pr.num_blocks + 1, dtype=np.float64)
+    interior = np.sqrt(mu * zeta[..., None, :, None] / np.maximum(terms.a[..., None, None, None], 1e-300))
+    ud = np.minimum(np.minimum(z1, z2 / d), interior)  # the device's time per bit
+    ud = np.where(np.isfinite(ud) & (ud > 0), ud, np.broadcast_to(z1, ud.shape))
+    m = mf[..., None, None, None]
+    it, p_bits, b_bits = pr.iterations, pr.payload_bits, pr.block_bits
+    bits = 2 * it * m * p_bits + d * b_bits
+    gain = pr.gain[:, None, :, None]
+    # SNR by the power step's first-order condition at time per bit u and price μ, then p ≤ p_max
+    energy = pr.queues[:, None, :, None] * bits * pr.noise_w_per_hz / gain
+    x = link_snr(pr, ud, mu, energy, pr.max_power_w[:, None, :, None] * gain)
+    ell = np.log2(1.0 + x)
+    cost = (
+        weight * pr.V * it * (3 * pr.compute_s[:, None, :, None] * d + 2 * p_bits * ud)
+        + pr.queues[:, None, :, None] * m * d * pr.compute_energy_j[:, None, :, None]
+        + energy * x / ell
+        + mu / (pr.bandwidth_hz * ell * ud)
+    )
+    # the gather target is charged per row (the DP's own gather term is off: c2 = 0)
+    charge = pr.V * np.maximum(floor[..., None], b_bits * z2[..., 0, 0])  # (..., N, G)
+    link = np.broadcast_to(p_bits * z1[..., 0], (*beta.shape[:-1], g_count, beta.shape[-1]))
+    wide_micro = np.broadcast_to(micro[..., None], (*micro.shape, g_count))
+    caps = np.where(pr.available, pr.memory_caps(micro), 0)[..., None, :]
+    compute = pr.compute_s[:, None, :]
+    gather = b_bits * d * ud
+    packed = _pack(pr, wide_micro, cost, gather, link, np.zeros(charge.shape), caps, compute, charge, False)
+    return dataclasses.replace(packed, c1=np.asarray(weight * packed.c1, dtype=np.float64))
+
+
+def link_snr(
+    pr: RoundProblem, u: FloatArray, mu: FloatArray, weight: FloatArray, pmax_gain: FloatArray
+) -> FloatArray:
+    """SNR minimising weight·x/ℓ(x) + μ/(W·ℓ(x)·u) (energy plus priced bandwidth at time per bit u),
+    i.e. (1 + x)·ln(1 + x) − x = μ/(W·u·weight), capped where the power p = N0·x/(h·ℓ(x)·u) reaches
+    p_max (``pmax_gain`` = p_max·h, broadcast like u)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.where(weight > 0, mu / (pr.bandwidth_hz * u * weight), np.inf)
+    x = solve_foc(np.minimum(y, 1e300))
+    # power cap: x/log2(1 + x) ≤ c; iterate x ← c·log2(1 + x), which decreases to the root from above
+    c = pmax_gain * u / pr.noise_w_per_hz
+    cap = np.maximum(c, 1.0)
+    for _ in range(40):
+        cap = c * np.log2(1.0 + cap)
+    over = x / np.log2(1.0 + np.maximum(x, 1e-300)) > c
+    return np.maximum(np.where(over | ~np.isfinite(x), cap, x), 1e-9)
+
+
+def _pack(
+    pr: RoundProblem,
+    micro: IntArray,
+    cost: FloatArray,
+    gather: FloatArray,
+    link: FloatArray,
+    floor: FloatArray,
+    caps: IntArray,
+    compute_s: FloatArray,
+    constant: FloatArray | None = None,
+    gather_term: bool = True,
+) -> SegmentCosts:
+    """Rows = every leading index of ``micro``; device arrays (..., K), per-TEB arrays (..., K, L)."""
+    k, L = pr.shape[1], pr.num_blocks
+    lead = micro.shape
+    rows = int(np.prod(lead))
+    return SegmentCosts(
+        cost=np.broadcast_to(cost, (*lead, k, L)).reshape(rows, k, L),
+        gather_s=np.broadcast_to(gather, (*lead, k, L)).reshape(rows, k, L),
+        caps=np.broadcast_to(caps, (*lead, k)).reshape(rows, k),
+        compute_s=np.broadcast_to(compute_s, (*lead, k)).reshape(rows, k),
+        link_s=np.broadcast_to(link, (*lead, k)).reshape(rows, k),
+        c1=np.asarray(pr.V * pr.iterations * (micro - 1.0), dtype=np.float64).reshape(rows),
+        c2=np.full(rows, pr.V if gather_term else 0.0),
+        stage_f=np.full(rows, pr.chain_max_forward_s),
+        stage_b=np.full(rows, pr.chain_max_backward_s),
+        gather_floor=np.broadcast_to(floor, lead).reshape(rows),
+        constant=np.zeros(rows) if constant is None else np.broadcast_to(constant, lead).reshape(rows),
+    )

@@ -1,0 +1,81 @@
+"""Random small scheduling instances (seeded) for the scheduler tests."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from collapipe_core.config import ExperimentConfig
+from collapipe_core.state import Environment, RoundState, build_environment, observe
+
+
+def environment(**sections: Any) -> Environment:
+    """An environment from config sections (plain dicts), with the scheduler tests' vocabulary sizes."""
+    return build_environment(ExperimentConfig(**sections), src_vocab=40, tgt_size=45)
+
+
+def random_instance(seed: int) -> RoundState:
+    """One round of a random small network: 1–2 clusters, ≤ 5 devices (≤ 3 with 2 clusters), ≤ 8 TEBs.
+
+    Devices differ in speed, memory, distance and power; queues are random (some zero), some devices
+    are unavailable, and memory binds for large segments or many micro-batches in some instances.
+    """
+    rng = np.random.default_rng([seed, 0x5EED])
+    clusters = 1 if rng.random() < 0.75 else 2
+    devices = int(rng.integers(1, 6 if clusters == 1 else 4))
+    blocks = int(rng.integers(1, 9 if clusters == 1 else 6))
+    d_model = int(rng.choice([16, 32, 64]))
+    kind = str(rng.choice(["classifier", "seq2seq"]))
+    seq_len = int(rng.choice([8, 16, 32]))
+    microbatch = int(rng.choice([2, 4, 8, 16]))
+    block_bytes = (
+        4.0 * (4 * d_model**2 + 2 * d_model * 4 * d_model) * 4 + 4.0 * microbatch * seq_len * 15 * d_model
+    )
+    overhead = float(rng.choice([1.0, 16.0])) * 2**20
+    env = environment(
+        seed=int(rng.integers(0, 2**31)),
+        network={
+            "num_clusters": clusters,
+            "devices_per_cluster": devices,
+            "cpu_hz": {"low": 0.3e9, "high": 3.0e9},
+            "memory_bytes": {
+                "low": overhead + 1.5 * block_bytes,
+                "high": overhead + float(rng.choice([4, 40])) * block_bytes,
+            },
+            "runtime_overhead_bytes": int(overhead),
+            "distance_m": {"low": 5.0, "high": float(rng.choice([40, 200]))},
+            "max_power_w": float(rng.uniform(0.05, 0.5)),
+            "cu_flops_per_s": float(10 ** rng.uniform(9.5, 11)),
+            "edge_flops_per_s": float(10 ** rng.uniform(10, 12)),
+        },
+        channel={"bandwidth_hz": float(10 ** rng.uniform(5.5, 7.3))},
+        model={
+            "kind": kind,
+            "d_model": d_model,
+            "num_heads": 4,
+            "ffn_dim": 4 * d_model,
+            "num_encoder_blocks": blocks,
+            "seq_len": seq_len,
+            "target_len": seq_len,
+        },
+        training={
+            "microbatch_size": microbatch,
+            "local_iterations": int(rng.integers(1, 4)),
+        },
+        data={"samples_per_cluster": 4096},
+        scheduler={
+            "V": float(10 ** rng.uniform(-1, 1)),
+            "lambda": float(rng.uniform(0, 2)),
+            "gradient_variance": float(rng.uniform(0, 2)),
+            "num_microbatches": 1,
+            "max_microbatches": int(rng.integers(1, 5)),
+        },
+    )
+    shape = env.scenario.shape
+    queues = 10 ** rng.uniform(-2, 2.5, shape) * (rng.random(shape) < 0.8)
+    state = observe(env, int(rng.integers(0, 1000)), queues)
+    available = rng.random(shape) < 0.85
+    available[np.arange(shape[0]), rng.integers(0, shape[1], shape[0])] = True
+    return dataclasses.replace(state, available=available)

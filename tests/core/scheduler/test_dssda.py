@@ -1,0 +1,178 @@
+"""DSSDA: near the exhaustive optimum, within energy budgets over time, and what each input does."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+from collapipe_core.costmodel import evaluate
+from collapipe_core.scheduler import dssda, get_policy, optimal
+from collapipe_core.scheduler.descent import LEAN, SCALE
+from collapipe_core.state import Environment, observe, update_queues
+from tests.core.scheduler.instances import environment, random_instance
+
+INSTANCES = 256  # seeds tried; the infeasible ones (no placement fits) are skipped
+
+
+def test_within_one_percent_of_the_exhaustive_optimum_on_random_small_instances() -> None:
+    ratios = []
+    for seed in range(INSTANCES):
+        state = random_instance(seed)
+        try:
+            _, best, _ = optimal.solve(state)
+        except ValueError:  # memory cannot hold the encoder: dssda must refuse too
+            with pytest.raises(ValueError, match="no placement fits in memory"):
+                dssda.solve(state)
+            continue
+        decision, value = dssda.solve(state)
+        ev = evaluate(state, decision)
+        assert ev.feasible, (seed, ev.violations)
+        assert ev.objective == pytest.approx(value, rel=1e-9)
+        assert decision.solver_iterations >= 1
+        ratios.append(ev.objective / best)
+    assert len(ratios) >= 200
+    assert max(ratios) <= 1.01, f"worst DSSDA/optimal ratio {max(ratios):.4f}"
+    assert min(ratios) >= 1 - 1e-6  # the optimum is a lower bound
+
+
+def _budget_environment(V: float) -> Environment:
+    """One cluster of two devices whose 5 mJ per-round budget binds for a latency-first schedule."""
+    return environment(
+        seed=5,
+        network={
+            "num_clusters": 1,
+            "devices_per_cluster": 2,
+            "energy_budget_j": 0.005,
+            "max_power_w": 0.3,
+            "memory_bytes": {"low": 2e9, "high": 4e9},
+        },
+        model={
+            "kind": "classifier",
+            "d_model": 32,
+            "num_heads": 4,
+            "ffn_dim": 128,
+            "num_encoder_blocks": 2,
+            "seq_len": 16,
+        },
+        training={"microbatch_size": 8},
+        data={"samples_per_cluster": 512},
+        scheduler={"V": V, "max_microbatches": 4, "num_microbatches": 2},
+    )
+
+
+def _run(env: Environment, policy: str, rounds: int) -> tuple[np.ndarray, float]:
+    """The loop observe → decide → evaluate → update_queues; mean energy per device and mean latency."""
+    decide = get_policy(policy).decide
+    queues = np.zeros(env.scenario.shape)
+    energy, latency = np.zeros(env.scenario.shape), 0.0
+    for t in range(rounds):
+        state = observe(env, t, queues)
+        ev = evaluate(state, decide(state))
+        assert ev.feasible, ev.violations
+        energy += ev.energy_j
+        latency += ev.latency_s
+        queues = update_queues(queues, ev.energy_j, env.scenario.energy_budget_j)
+        assert np.all(queues >= 0)
+    return energy / rounds, latency / rounds
+
+
+def test_dssda_keeps_the_time_average_energy_within_budget_where_myopic_exceeds_it() -> None:
+    env = _budget_environment(V=0.01)
+    budget = env.scenario.energy_budget_j
+    dssda_energy, _ = _run(env, "dssda", 500)
+    myopic_energy, _ = _run(env, "myopic", 500)
+    assert np.all(dssda_energy <= 1.01 * budget), dssda_energy
+    assert np.any(myopic_energy > 1.01 * budget), myopic_energy
+
+
+def test_raising_V_never_raises_the_average_latency_on_a_fixed_trace() -> None:
+    latencies = [_run(_budget_environment(V), "dssda", 60)[1] for V in (0.001, 0.01, 0.1, 1.0)]
+    assert all(b <= a * (1 + 1e-9) for a, b in itertools.pairwise(latencies)), latencies
+
+
+def test_a_device_with_a_large_backlog_gets_less_energy_hungry_work() -> None:
+    env = environment(
+        seed=2,
+        network={"num_clusters": 1, "devices_per_cluster": 3, "memory_bytes": {"low": 2e9, "high": 4e9}},
+        model={"num_encoder_blocks": 6},
+        scheduler={"V": 1.0, "max_microbatches": 4},
+    )
+    calm = observe(env, 0, np.full((1, 3), 0.1))
+    before = evaluate(calm, dssda.solve(calm)[0]).energy_j
+    busiest = int(np.argmax(before[0]))
+    queues = np.full((1, 3), 0.1)
+    queues[0, busiest] = 1e4
+    loaded = observe(env, 0, queues)
+    after = evaluate(loaded, dssda.solve(loaded)[0]).energy_j
+    assert after[0, busiest] < 0.5 * before[0, busiest]
+
+
+def test_memory_is_respected_and_unavailable_devices_get_nothing() -> None:
+    env = environment(
+        seed=4,
+        network={
+            "num_clusters": 2,
+            "devices_per_cluster": 3,
+            "memory_bytes": {"low": 70e6, "high": 75e6},
+            "runtime_overhead_bytes": 64 * 2**20,
+        },
+        model={"d_model": 64, "num_encoder_blocks": 6},
+        scheduler={"max_microbatches": 8},
+    )
+    state = dataclasses.replace(
+        observe(env, 3), available=np.array([[True, False, True], [True, True, True]])
+    )
+    decision = get_policy("dssda").decide(state)
+    ev = evaluate(state, decision)
+    assert ev.violations == ()
+    assert decision.num_blocks()[0, 1] == 0
+    assert np.all(ev.memory_bytes <= state.scenario.memory_bytes)
+
+
+def test_a_round_where_no_placement_fits_is_refused_naming_devices_and_shortfall() -> None:
+    env = environment(
+        network={
+            "num_clusters": 1,
+            "devices_per_cluster": 2,
+            "memory_bytes": {"low": 80e6, "high": 90e6},
+            "runtime_overhead_bytes": 64 * 2**20,
+        },
+        model={"d_model": 256, "num_heads": 4, "ffn_dim": 1024, "num_encoder_blocks": 6},
+    )
+    with pytest.raises(ValueError) as err:
+        dssda.solve(observe(env, 0))
+    message = str(err.value)
+    assert "c0-d0" in message and "c0-d1" in message
+    assert "short by 4 TEB(s)" in message and "62930944 bytes" in message and "60.02 MiB" in message
+
+
+@pytest.mark.parametrize(("clusters", "devices", "blocks", "effort"), [(3, 4, 12, LEAN), (40, 5, 6, SCALE)])
+def test_larger_rounds_use_a_lighter_search_and_stay_feasible(
+    clusters: int, devices: int, blocks: int, effort: object
+) -> None:
+    env = environment(
+        network={
+            "num_clusters": clusters,
+            "devices_per_cluster": devices,
+            "memory_bytes": {"low": 2e9, "high": 4e9},
+        },
+        model={"num_encoder_blocks": blocks},
+    )
+    state = observe(env, 1, np.random.default_rng(0).uniform(0, 5, env.scenario.shape))
+    assert dssda.effort_for(dssda.build_problem(state)) is effort
+    decision, value = dssda.solve(state)
+    ev = evaluate(state, decision)
+    assert ev.feasible
+    assert ev.objective == pytest.approx(value, rel=1e-9)
+    # no worse than the simple rule it can always fall back on
+    assert ev.objective <= evaluate(state, get_policy("proportional").decide(state)).objective
+
+
+def test_myopic_ignores_the_queues() -> None:
+    state = random_instance(3)
+    myopic = get_policy("myopic").decide(state)
+    same = get_policy("myopic").decide(dataclasses.replace(state, queues=np.zeros(state.scenario.shape)))
+    assert myopic == same
