@@ -169,7 +169,7 @@ def decision_times(devices: tuple[int, ...], blocks: tuple[int, ...], repeats: i
     policy = get_policy("dssda")
     for num_blocks in blocks:
         for num_devices in devices:
-            per_cluster = min(num_devices, 5) if num_devices > 4 else num_devices
+            per_cluster = 4 if num_devices % 5 else 5  # 4 → 1×4, 12 → 3×4, 50 → 10×5, 1000 → 200×5
             clusters = max(1, num_devices // per_cluster)
             config = parse_config(
                 {

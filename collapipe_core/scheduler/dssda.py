@@ -51,15 +51,16 @@ from collapipe_core.scheduler.descent import (
 from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem
 from collapipe_core.state import RoundState
 
-FULL_DEVICES = 10  # full search up to this many devices and FULL_BLOCKS TEBs
-FULL_BLOCKS = 12
+FULL_DEVICES = 10  # full search up to this many devices, FULL_BLOCKS TEBs and FULL_MICRO micro-batches
+FULL_BLOCKS = 8
+FULL_MICRO = 8
 SCALE_DEVICES = 200  # from this many devices on, the scale effort
 
 
 def effort_for(pr: RoundProblem) -> Effort:
     """The search effort for the round's size: FULL, LEAN or SCALE (same blocks, smaller neighbourhoods)."""
     n, k = pr.shape
-    if n * k <= FULL_DEVICES and pr.num_blocks <= FULL_BLOCKS:
+    if n * k <= FULL_DEVICES and pr.num_blocks <= FULL_BLOCKS and pr.microbatch_limit <= FULL_MICRO:
         return FULL
     return SCALE if n * k >= SCALE_DEVICES else LEAN
 

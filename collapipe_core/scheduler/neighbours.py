@@ -25,7 +25,7 @@ from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quie
 
 SCREENED = 8
 SCREEN_WEIGHTS = (1.0, 0.25, 0.0)
-MAX_NEIGHBOURS = 600
+MAX_NEIGHBOURS = 150
 
 
 def moves(pr: RoundProblem, delta: IntArray, micro: IntArray) -> tuple[IntArray, IntArray, IntArray]:

@@ -221,8 +221,8 @@ def _dp(
     xx = np.where(np.isfinite(xb), xb, 0.0)
     gg = np.where(np.isfinite(gb), gb, 0.0)
     j = np.arange(L + 1)
-    d = np.arange(1, L + 1)
-    src = np.clip(j[:, None] - d[None, :], 0, L)  # (L+1, L) index j − d
+    d = np.arange(1, max(int(caps.max()), 1) + 1)  # no device takes more than the largest cap
+    src = np.clip(j[:, None] - d[None, :], 0, L)  # (L+1, D) index j − d
     reach = (j[:, None] - d[None, :]) >= 0
     r_idx, p_idx = np.arange(rows)[:, None], np.arange(pairs)[None, :]
     dp = np.full((rows, pairs, L + 1), _INF)  # schedule started; "not started" is only j = 0
@@ -231,7 +231,7 @@ def _dp(
     for step in range(k):
         dev = order[:, step]
         cap = caps[r_idx, p_idx, dev[:, None]]  # (R, C)
-        cost_d = sc.cost[np.arange(rows), dev][:, None, None, :]  # (R, 1, 1, L) cost of d TEBs
+        cost_d = sc.cost[np.arange(rows), dev][:, None, None, : d.size]  # (R, 1, 1, D) cost of d TEBs
         t = sc.link_s[np.arange(rows), dev][:, None]
         cols = (
             sc.c1[:, None],
