@@ -30,7 +30,9 @@ class ClaimedRun:
     cancel_requested: bool
 
 
-def claim_run(session: Session, run_id: int, claimant: str, now: datetime, lease_s: float) -> ClaimedRun | None:
+def claim_run(
+    session: Session, run_id: int, claimant: str, now: datetime, lease_s: float
+) -> ClaimedRun | None:
     """Take a queued run, or a running one whose lease expired; None when someone else holds it."""
     stale = (Run.status == "running") & or_(Run.lease_expires_at.is_(None), Run.lease_expires_at < now)
     result = session.execute(

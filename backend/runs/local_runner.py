@@ -17,6 +17,7 @@ the next start). DB calls run in worker threads so the event loop never blocks o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -120,10 +121,8 @@ class LocalDispatcher:
                 await to_thread.run_sync(self.tick)
             except Exception:  # keep dispatching; the next tick retries
                 log.exception("local dispatcher tick failed")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.settings.dispatch_interval_s)
-            except TimeoutError:
-                pass
             self._wake.clear()
 
     def tick(self) -> None:
@@ -142,8 +141,15 @@ class LocalDispatcher:
         s = self.settings
         process = self._context.Process(
             target=run_child,
-            args=(run_id, s.database_url, str(s.artifact_dir), claimant, s.lease_s, self.threads_per_run,
-                  s.sse_poll_interval_s),
+            args=(
+                run_id,
+                s.database_url,
+                str(s.artifact_dir),
+                claimant,
+                s.lease_s,
+                self.threads_per_run,
+                s.sse_poll_interval_s,
+            ),
             name=f"collapipe-run-{run_id}",
         )
         process.start()

@@ -22,7 +22,9 @@ from backend.runs.schemas import RunCreate, RunDetail, RunFork, RunOut, RunPage,
 from backend.text_input import StoredStr
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=ERROR_RESPONSES)
-CONFLICT: dict[int | str, dict[str, Any]] = {409: {"model": ErrorResponse, "description": "not allowed in the run's current status"}}
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse, "description": "not allowed in the run's current status"}
+}
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)

@@ -18,7 +18,9 @@ class RunCreate(BaseModel):
     config: dict[str, Any] | None = Field(
         default=None, description="or an inline experiment config; schema at GET /api/config/schema"
     )
-    name: StoredStr | None = Field(default=None, min_length=1, max_length=200, description="default: config.name")
+    name: StoredStr | None = Field(
+        default=None, min_length=1, max_length=200, description="default: config.name"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RunCreate:
@@ -29,7 +31,9 @@ class RunCreate(BaseModel):
 
 class RunFork(BaseModel):
     round: int = Field(ge=0, le=MAX_ID, description="k: the fork starts from the parent's state at round k")
-    policy: StoredStr | None = Field(default=None, min_length=1, max_length=200, description="policy from round k")
+    policy: StoredStr | None = Field(
+        default=None, min_length=1, max_length=200, description="policy from round k"
+    )
     V: float | None = Field(default=None, ge=0, le=1e12, description="Lyapunov V from round k")
     segments: list[int] | None = Field(
         default=None, max_length=1000, description="TEBs per device (policy 'fixed') from round k"

@@ -43,6 +43,7 @@ def page(
 def _announce(session: Session, run: Run, channel: LiveChannel, dispatcher: RunDispatcher | None) -> None:
     """After the commit: publish the run's status and, if it is queued, hand it to the executor."""
     run_id, status, done, total, error = run.id, run.status, run.rounds_done, run.total_rounds, run.error
+
     def publish() -> None:
         channel.publish(run_id, STATUS, status_payload(run_id, status, done, total, error))
 
@@ -108,9 +109,10 @@ def fork(
     parent = get(session, run_id)
     k = body.round
     if k > parent.rounds_done or k >= parent.total_rounds:
+        latest = min(parent.rounds_done, parent.total_rounds - 1)
         raise InvalidInput(
             f"round {k} is not a state of run {run_id}: it has {parent.rounds_done} of "
-            f"{parent.total_rounds} rounds done; choose 0 <= round <= {min(parent.rounds_done, parent.total_rounds - 1)}",
+            f"{parent.total_rounds} rounds done; choose 0 <= round <= {latest}",
             [{"field": "round", "value": k, "message": "beyond the parent's completed rounds"}],
         )
     data = dict(parent.config)
@@ -121,7 +123,8 @@ def fork(
     data["scheduler"] = scheduler
     config = validated_config(data, field="config")
     replay = [
-        {"until_round": min(int(e["until_round"]), k), "config": e["config"]} for e in parent.replay_configs or []
+        {"until_round": min(int(e["until_round"]), k), "config": e["config"]}
+        for e in parent.replay_configs or []
     ]
     replay.append({"until_round": k, "config": parent.config})
     name = f"{parent.name} fork@{k} ({config.scheduler.policy}, V={config.scheduler.V:g})"[:200]

@@ -23,7 +23,12 @@ class LeaseLost(RuntimeError):
 
 class SqlRoundSink:
     def __init__(
-        self, session_factory: SessionFactory, run_id: int, claimant: str, channel: LiveChannel, lease_s: float
+        self,
+        session_factory: SessionFactory,
+        run_id: int,
+        claimant: str,
+        channel: LiveChannel,
+        lease_s: float,
     ) -> None:
         self.session_factory = session_factory
         self.run_id = run_id
@@ -35,7 +40,12 @@ class SqlRoundSink:
     def write_round(self, result: RoundResult) -> None:
         with self.session_factory() as session:
             owned = renew_lease(
-                session, self.run_id, self.claimant, utcnow(), self.lease_s, rounds_done=result.round.round + 1
+                session,
+                self.run_id,
+                self.claimant,
+                utcnow(),
+                self.lease_s,
+                rounds_done=result.round.round + 1,
             )
             if not owned:
                 session.rollback()

@@ -35,7 +35,9 @@ class HookChannel(MemoryChannel):
         return event_id
 
 
-def _run(factory: Factory, run_id: int, tmp_path: Path, channel: MemoryChannel | None = None, claimant: str = "w1") -> str:
+def _run(
+    factory: Factory, run_id: int, tmp_path: Path, channel: MemoryChannel | None = None, claimant: str = "w1"
+) -> str:
     return execute_run(
         run_id, factory, channel or MemoryChannel(), claimant=claimant, artifact_dir=tmp_path, lease_s=30.0
     )
@@ -50,8 +52,12 @@ def _row(factory: Factory, run_id: int) -> Run:
 
 def _counts(factory: Factory, run_id: int) -> tuple[int, int]:
     with factory() as session:
-        rounds = session.scalar(select(func.count()).select_from(RoundMetric).where(RoundMetric.run_id == run_id))
-        devices = session.scalar(select(func.count()).select_from(DeviceMetric).where(DeviceMetric.run_id == run_id))
+        rounds = session.scalar(
+            select(func.count()).select_from(RoundMetric).where(RoundMetric.run_id == run_id)
+        )
+        devices = session.scalar(
+            select(func.count()).select_from(DeviceMetric).where(DeviceMetric.run_id == run_id)
+        )
         return int(rounds or 0), int(devices or 0)
 
 
@@ -69,7 +75,9 @@ def _cancel_after(factory: Factory, run_id: int, round_index: int) -> HookChanne
     return HookChannel(hook)
 
 
-def test_a_run_stores_and_publishes_every_round_once_in_order(session_factory: Factory, tmp_path: Path) -> None:
+def test_a_run_stores_and_publishes_every_round_once_in_order(
+    session_factory: Factory, tmp_path: Path
+) -> None:
     run_id = insert_run(session_factory)
     channel = MemoryChannel()
     assert _run(session_factory, run_id, tmp_path, channel) == "succeeded"
@@ -81,7 +89,9 @@ def test_a_run_stores_and_publishes_every_round_once_in_order(session_factory: F
     assert kinds == [(STATUS, "running"), *((ROUND, r) for r in range(5)), (STATUS, "succeeded")]
 
 
-def test_a_duplicate_delivery_is_skipped_while_the_lease_is_live(session_factory: Factory, tmp_path: Path) -> None:
+def test_a_duplicate_delivery_is_skipped_while_the_lease_is_live(
+    session_factory: Factory, tmp_path: Path
+) -> None:
     run_id = insert_run(session_factory)
     with session_factory() as session:
         leases.claim_run(session, run_id, "other", utcnow(), 30.0)
@@ -99,7 +109,9 @@ def test_cancel_requested_stops_between_rounds(session_factory: Factory, tmp_pat
 
 
 @pytest.mark.parametrize("case", ["checkpoint_behind_db", "checkpoint_ahead_of_db"])
-def test_resume_reconciles_checkpoint_and_database(session_factory: Factory, tmp_path: Path, case: str) -> None:
+def test_resume_reconciles_checkpoint_and_database(
+    session_factory: Factory, tmp_path: Path, case: str
+) -> None:
     """The DB's rounds are the truth: whichever side is behind, every round ends up stored exactly once."""
     reference = insert_run(session_factory)
     assert _run(session_factory, reference, tmp_path) == "succeeded"
@@ -109,7 +121,11 @@ def test_resume_reconciles_checkpoint_and_database(session_factory: Factory, tmp
     with session_factory() as session:
         if case == "checkpoint_behind_db":  # round 3 committed, then a crash before its checkpoint
             for table in (RoundMetric, DeviceMetric):
-                rows = session.execute(select(table).where(table.run_id == reference, table.round == 3)).scalars().all()
+                rows = (
+                    session.execute(select(table).where(table.run_id == reference, table.round == 3))
+                    .scalars()
+                    .all()
+                )
                 for row in rows:
                     values = {c.name: getattr(row, c.name) for c in table.__table__.columns if c.name != "id"}
                     session.add(table(**{**values, "run_id": run_id}))
@@ -129,7 +145,9 @@ def test_resume_reconciles_checkpoint_and_database(session_factory: Factory, tmp
     assert _row(session_factory, run_id).rounds_done == 5
 
 
-def test_a_claimant_that_lost_its_lease_stops_without_writing(session_factory: Factory, tmp_path: Path) -> None:
+def test_a_claimant_that_lost_its_lease_stops_without_writing(
+    session_factory: Factory, tmp_path: Path
+) -> None:
     run_id = insert_run(session_factory)
 
     def steal(r: int) -> None:
@@ -159,7 +177,10 @@ def test_a_fork_replays_the_parent_to_round_k_then_switches(session_factory: Fac
     replay = [{"until_round": 3, "config": parent_config}]
     fork = insert_run(session_factory, fork_config, replay_configs=replay, parent_run_id=parent, fork_round=3)
     assert _run(session_factory, fork, tmp_path) == "succeeded"
-    parent_records, fork_records = stored_records(session_factory, parent), stored_records(session_factory, fork)
+    parent_records, fork_records = (
+        stored_records(session_factory, parent),
+        stored_records(session_factory, fork),
+    )
     assert fork_records[:3] == parent_records[:3]
     assert [r["policy"] for r in fork_records] == ["uniform"] * 3 + ["fixed"] * 3
     assert fork_records[3]["decision"] != parent_records[3]["decision"]
@@ -172,7 +193,10 @@ def test_a_fork_resumed_mid_replay_finishes_identically(session_factory: Factory
     straight = insert_run(session_factory, fork_config, replay_configs=replay)
     assert _run(session_factory, straight, tmp_path) == "succeeded"
     interrupted = insert_run(session_factory, fork_config, replay_configs=replay)
-    assert _run(session_factory, interrupted, tmp_path, _cancel_after(session_factory, interrupted, 1)) == "cancelled"
+    assert (
+        _run(session_factory, interrupted, tmp_path, _cancel_after(session_factory, interrupted, 1))
+        == "cancelled"
+    )
     _set(session_factory, interrupted, status="queued")
     assert _run(session_factory, interrupted, tmp_path, claimant="w2") == "succeeded"
     assert stored_records(session_factory, interrupted) == stored_records(session_factory, straight)

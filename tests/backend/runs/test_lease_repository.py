@@ -14,13 +14,22 @@ from tests.backend.builders import tiny_config
 
 def _queued_run(factory: sessionmaker[Session], status: str = "queued") -> int:
     with factory() as session:
-        run = Run(name="r", config=tiny_config(), status=status, total_rounds=5, policy="uniform", executor="analytic")
+        run = Run(
+            name="r",
+            config=tiny_config(),
+            status=status,
+            total_rounds=5,
+            policy="uniform",
+            executor="analytic",
+        )
         session.add(run)
         session.commit()
         return run.id
 
 
-def _claim(factory: sessionmaker[Session], run_id: int, claimant: str, lease_s: float = 30.0) -> leases.ClaimedRun | None:
+def _claim(
+    factory: sessionmaker[Session], run_id: int, claimant: str, lease_s: float = 30.0
+) -> leases.ClaimedRun | None:
     with factory() as session:
         claimed = leases.claim_run(session, run_id, claimant, utcnow(), lease_s)
         session.commit()
@@ -72,7 +81,12 @@ def test_finish_releases_the_lease(session_factory: sessionmaker[Session]) -> No
         session.commit()
         run = session.get(Run, run_id)
         assert run is not None
-        assert (run.status, run.error, run.lease_owner, run.finished_at is not None) == ("failed", "boom", None, True)
+        assert (run.status, run.error, run.lease_owner, run.finished_at is not None) == (
+            "failed",
+            "boom",
+            None,
+            True,
+        )
     assert _claim(session_factory, run_id, "b") is None  # finished runs are not claimable
 
 

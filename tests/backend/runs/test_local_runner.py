@@ -45,7 +45,9 @@ class Embedded:
         run_id: int = response.json()["id"]
         return run_id
 
-    def wait(self, run_id: int, until: Callable[[dict[str, Any]], bool], timeout_s: float = 90.0) -> dict[str, Any]:
+    def wait(
+        self, run_id: int, until: Callable[[dict[str, Any]], bool], timeout_s: float = 90.0
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while True:
             run: dict[str, Any] = self.get(f"/api/runs/{run_id}").json()
@@ -64,7 +66,9 @@ class Embedded:
 
 
 @pytest.fixture
-def embedded(app_factory: Callable[..., FastAPI], session_factory: sessionmaker[Session]) -> Iterator[Embedded]:
+def embedded(
+    app_factory: Callable[..., FastAPI], session_factory: sessionmaker[Session]
+) -> Iterator[Embedded]:
     _, token = add_user(session_factory, "op", "operator")
     app = app_factory()
     with serve(app) as url:
@@ -88,12 +92,15 @@ def test_a_run_executes_in_a_child_process_and_streams_every_round(embedded: Emb
     series = embedded.get(f"/api/runs/{run_id}/rounds").json()["series"]["latency_s"]["round"]
     assert series == [0, 1, 2, 3, 4, 5]
     # a client that reconnects after the third round's event gets exactly the rest
-    third = next(event_id for event_id, kind, data in events if kind == "round" and data["round"]["round"] == 2)
+    third = next(
+        event_id for event_id, kind, data in events if kind == "round" and data["round"]["round"] == 2
+    )
     rest = read_stream(f"{embedded.url}/api/runs/{run_id}/events", embedded.headers, last_event_id=third)
     assert _rounds(rest) == [3, 4, 5] and rest[-1][2]["status"] == "succeeded"
     # reconnecting after the last event: nothing left, 204 tells EventSource to stop
     done = httpx.get(
-        f"{embedded.url}/api/runs/{run_id}/events", headers={**embedded.headers, "Last-Event-ID": events[-1][0]}
+        f"{embedded.url}/api/runs/{run_id}/events",
+        headers={**embedded.headers, "Last-Event-ID": events[-1][0]},
     )
     assert done.status_code == 204
 
@@ -105,7 +112,9 @@ def test_cancel_stops_a_running_run_between_rounds(embedded: Embedded) -> None:
     assert response.status_code == 200 and response.json()["cancel_requested"] is True
     run = embedded.wait_finished(run_id)
     assert run["status"] == "cancelled" and 2 <= run["rounds_done"] < 400
-    assert [r["round"] for r in stored_records(embedded.session_factory, run_id)] == list(range(run["rounds_done"]))
+    assert [r["round"] for r in stored_records(embedded.session_factory, run_id)] == list(
+        range(run["rounds_done"])
+    )
 
 
 def test_a_killed_run_process_fails_and_resumes_with_every_round_once(embedded: Embedded) -> None:
@@ -127,7 +136,9 @@ def test_a_killed_run_process_fails_and_resumes_with_every_round_once(embedded: 
 def test_a_fork_reproduces_the_parent_up_to_its_round(embedded: Embedded) -> None:
     parent = embedded.launch(tiny_config(training={"rounds": 6}))
     assert embedded.wait_finished(parent)["status"] == "succeeded"
-    response = embedded.post(f"/api/runs/{parent}/fork", json={"round": 3, "policy": "fixed", "segments": [1, 1, 2]})
+    response = embedded.post(
+        f"/api/runs/{parent}/fork", json={"round": 3, "policy": "fixed", "segments": [1, 1, 2]}
+    )
     assert response.status_code == 201, response.text
     fork = response.json()["id"]
     assert embedded.wait_finished(fork)["status"] == "succeeded"
@@ -141,7 +152,9 @@ def test_recover_requeues_runs_whose_lease_expired(
     session_factory: sessionmaker[Session], app_factory: Callable[..., FastAPI]
 ) -> None:
     stale = insert_run(session_factory, status="running", lease_owner="gone", lease_expires_at=utcnow())
-    live = insert_run(session_factory, status="running", lease_owner="alive", lease_expires_at=utcnow().replace(year=2999))
+    live = insert_run(
+        session_factory, status="running", lease_owner="alive", lease_expires_at=utcnow().replace(year=2999)
+    )
     dispatcher = app_factory().state.dispatcher
     assert dispatcher.recover() == [stale]
     with session_factory() as session:

@@ -12,7 +12,9 @@ from tests.backend.conftest import Api
 
 
 def _launch(api: Api, **body: Any) -> dict[str, Any]:
-    response = api.client.post("/api/runs", json=body or {"config": tiny_config()}, headers=api.as_("operator"))
+    response = api.client.post(
+        "/api/runs", json=body or {"config": tiny_config()}, headers=api.as_("operator")
+    )
     assert response.status_code == 201, response.text
     result: dict[str, Any] = response.json()
     return result
@@ -26,7 +28,12 @@ def _set(api: Api, run_id: int, **values: Any) -> None:
 
 def test_launch_queues_and_dispatches_after_commit(api: Api) -> None:
     run = _launch(api)
-    assert (run["status"], run["total_rounds"], run["policy"], run["executor"]) == ("queued", 5, "uniform", "analytic")
+    assert (run["status"], run["total_rounds"], run["policy"], run["executor"]) == (
+        "queued",
+        5,
+        "uniform",
+        "analytic",
+    )
     assert api.dispatcher.enqueued == [run["id"]]
     assert api.client.get(f"/api/runs/{run['id']}", headers=api.as_("viewer")).json()["config"]["seed"] == 3
 
@@ -48,7 +55,9 @@ def test_a_bad_config_is_422_with_field_paths_and_nothing_is_stored(api: Api) ->
     assert details[0]["value"] == 0 and "greater than or equal to 1" in details[0]["message"]
     assert api.client.get("/api/runs", headers=api.as_("viewer")).json()["total"] == 0
     assert api.dispatcher.enqueued == []
-    both = api.client.post("/api/runs", json={"config": tiny_config(), "experiment_id": 1}, headers=api.as_("operator"))
+    both = api.client.post(
+        "/api/runs", json={"config": tiny_config(), "experiment_id": 1}, headers=api.as_("operator")
+    )
     assert both.status_code == 422 and both.json()["error"]["code"] == "invalid_request"
 
 
@@ -56,7 +65,10 @@ def test_list_filters_by_status_owner_and_name(api: Api) -> None:
     first, second = _launch(api), _launch(api, config=tiny_config(name="other"))
     _set(api, first["id"], status="succeeded")
     viewer = api.as_("viewer")
-    assert [r["id"] for r in api.client.get("/api/runs", params={"status": "queued"}, headers=viewer).json()["items"]] == [second["id"]]
+    assert [
+        r["id"]
+        for r in api.client.get("/api/runs", params={"status": "queued"}, headers=viewer).json()["items"]
+    ] == [second["id"]]
     assert api.client.get("/api/runs", params={"search": "OTH"}, headers=viewer).json()["total"] == 1
     assert api.client.get("/api/runs", params={"owner": "operator"}, headers=viewer).json()["total"] == 2
     assert api.client.get("/api/runs", params={"owner": "admin"}, headers=viewer).json()["total"] == 0
@@ -95,11 +107,19 @@ def test_fork_validates_the_round_and_builds_the_replay_plan(api: Api) -> None:
     fork = api.client.post(f"/api/runs/{parent['id']}/fork", json={"round": 2, "V": 7.5}, headers=op)
     assert fork.status_code == 201, fork.text
     body = fork.json()
-    assert (body["parent_run_id"], body["fork_round"], body["config"]["scheduler"]["V"]) == (parent["id"], 2, 7.5)
+    assert (body["parent_run_id"], body["fork_round"], body["config"]["scheduler"]["V"]) == (
+        parent["id"],
+        2,
+        7.5,
+    )
     assert body["replay_configs"] == [{"until_round": 2, "config": parent_config(api, parent["id"])}]
     bad = api.client.post(f"/api/runs/{parent['id']}/fork", json={"round": 1, "policy": "fixed"}, headers=op)
-    assert bad.status_code == 422 and bad.json()["error"]["details"][0]["field"] == "config.scheduler.segments"
-    grandchild = api.client.post(f"/api/runs/{body['id']}/fork", json={"round": 1, "policy": "uniform"}, headers=op)
+    assert (
+        bad.status_code == 422 and bad.json()["error"]["details"][0]["field"] == "config.scheduler.segments"
+    )
+    grandchild = api.client.post(
+        f"/api/runs/{body['id']}/fork", json={"round": 1, "policy": "uniform"}, headers=op
+    )
     assert grandchild.status_code == 422  # the fork has no rounds yet
     _set(api, body["id"], rounds_done=4)
     grandchild = api.client.post(f"/api/runs/{body['id']}/fork", json={"round": 1}, headers=op).json()
