@@ -62,6 +62,11 @@ class RoundRecord:
     eval_loss: float | None = None
     eval_metrics: dict[str, float] = field(default_factory=dict)
     decision: dict[str, Any] = field(default_factory=dict)
+    # measured by the distributed executor (empty otherwise), per participant id: "c0-cu" (CU),
+    # "c0-d1" (a scheduled device; the same dict as its DeviceRecord.measured), "c0-edge" (edge
+    # server). Kept in the round record so the CU's and the edge server's figures, which have no
+    # DeviceRecord, are stored with the round (the service keeps the round record as JSON).
+    measured: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -204,6 +204,7 @@ def build_result(
         eval_loss=outcome.eval_loss,
         eval_metrics=dict(outcome.eval_metrics),
         decision=decision.to_json(),
+        measured={participant: dict(figures) for participant, figures in outcome.measured.items()},
     )
     return RoundResult(round=record, devices=tuple(devices))
 

@@ -344,6 +344,7 @@ def _run_config() -> ExperimentConfig:
 def _comparable(result: RoundResult) -> dict[str, Any]:
     data = result.to_json()
     data["round"].pop("solve_time_s")  # wall clock
+    data["round"].pop("measured")
     for device in data["devices"]:
         device.pop("measured")
     return data
@@ -376,6 +377,15 @@ def test_a_run_gives_the_simulated_run_s_records(uninterrupted: list[RoundResult
                 device.measured
             ), device.device_id
             assert device.measured["schedule_1f1b"] == 1.0
+            assert got.round.measured[device.device_id] == device.measured
+        # the CU and the edge server have no DeviceRecord: their figures are in the round record
+        participants = {f"c{n}-{role}" for n in range(2) for role in ("cu", "d0", "d1", "edge")}
+        assert set(got.round.measured) == participants
+        for n in range(2):
+            for role in ("cu", "edge"):
+                figures = got.round.measured[f"c{n}-{role}"]
+                assert figures["compute_s"] > 0 and figures["peak_tensor_bytes"] > 0, (n, role, figures)
+                assert figures["peak_rss_bytes"] >= figures["baseline_rss_bytes"] > 0, (n, role, figures)
 
 
 @pytest.mark.distributed
