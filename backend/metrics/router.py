@@ -71,7 +71,8 @@ def decisions(
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> DecisionPage:
-    """Each round's decision (per cluster M; per device δ, β, p) with its objective and feasibility."""
+    """Each round's decision (per cluster M; per device δ, β, p) with its objective and feasibility,
+    and what the distributed executor measured on each participant."""
     return service.decisions(session, run_id, from_round, to_round, limit, offset)
 
 

@@ -42,6 +42,11 @@ class DecisionItem(BaseModel):
     solve_time_s: float | None
     num_microbatches: list[int]
     decision: dict[str, Any]
+    measured: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict,
+        description="what the distributed executor measured, per participant (c0-cu, c0-d1, c0-edge); "
+        "empty for executors that measure nothing",
+    )
 
 
 class DecisionPage(BaseModel):

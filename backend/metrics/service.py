@@ -124,4 +124,5 @@ def _decision(record: dict[str, Any]) -> DecisionItem:
         solve_time_s=record.get("solve_time_s"),
         num_microbatches=list(record.get("num_microbatches", [])),
         decision=record.get("decision", {}),
+        measured=record.get("measured") or {},
     )
