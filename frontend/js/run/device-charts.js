@@ -10,10 +10,10 @@ import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
 import { PLOT_CONFIG, baseLayout, deviceColor, plotly, purge } from '../plot.js';
 
-/** Measured peak memory from DeviceRecord.measured (distributed executor), in bytes. */
+/** The process's measured peak resident set from DeviceRecord.measured (distributed executor), in bytes. */
 function measuredMemory(device) {
   const m = device.measured || {};
-  return m.peak_rss_bytes ?? m.peak_tensor_bytes ?? null;
+  return m.peak_rss_bytes ?? null;
 }
 
 export const DEVICE_CHARTS = [
@@ -29,10 +29,10 @@ export const DEVICE_CHARTS = [
   },
   {
     id: 'memory', title: 'Memory vs capacity', unit: 'bytes',
-    note: 'solid: modeled memory_bytes · grey dashed: memory_capacity_bytes · dots: measured peak (executors that measure it)',
+    note: 'solid: modeled memory_bytes · grey dashed: memory_capacity_bytes · open circles: measured peak RSS of the device\'s whole process (distributed executor; Python and torch included, which the model counts as runtime_overhead_bytes)',
     series: [{ metric: 'memory_bytes' }],
     limit: { metric: 'memory_capacity_bytes', name: 'capacity' },
-    measured: { name: 'measured peak', value: measuredMemory },
+    measured: { name: 'measured process peak RSS', value: measuredMemory },
   },
   {
     id: 'energy', title: 'Energy vs budget', unit: 'J',
@@ -131,7 +131,7 @@ export class DeviceChart {
       }
       : {
         type: 'scatter', mode: 'markers', name: this.def.measured.name, x: [], y: [], text: [], showlegend: false,
-        marker: { size: 5, color: [], symbol: 'circle-open' },
+        marker: { size: 7, color: [], symbol: 'circle-open', line: { width: 2 } },
         hovertemplate: `%{text} · measured<br>round %{x}<br>%{y}<extra></extra>`,
       }));
     const showLegend = this.allDevices.length <= 8;
@@ -199,6 +199,17 @@ export class DeviceChart {
     if (indices.length) plotly().extendTraces(this.el, { x: xs, y: ys }, indices);
   }
 
+  /** Measured figures of stored rounds ([{round, measured: {participant: figures}}], from the decision log API). */
+  addMeasuredHistory(items) {
+    if (!this.drawn || !this.def.measured || !items.length) return;
+    const events = items.map((item) => ({
+      round: { round: item.round },
+      devices: Object.entries(item.measured).map(([id, measured]) => ({ device_id: id, measured })),
+    }));
+    this.extendMeasured(events, null);
+    plotly().redraw(this.el);
+  }
+
   extendMeasured(rounds, only) {
     const trace = this.el.data[this.fixed.indexOf('measured')];
     for (const event of rounds) {
@@ -212,6 +223,8 @@ export class DeviceChart {
         trace.marker.color.push(this.color(device.device_id));
       }
     }
+    // in the legend once it has points (runs of executors that measure nothing show no entry)
+    trace.showlegend = trace.x.length > 0;
   }
 
   /** Show only the devices ``visible(deviceId)`` accepts (fixed traces always shown). */

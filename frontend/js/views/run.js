@@ -1,5 +1,6 @@
-// One run, live: header and actions, summary tiles, per-device charts, segment allocation, the
-// pipeline Gantt of a chosen round, loss/eval/latency/objective curves and the decision log.
+// One run, live: header and actions, summary tiles, per-device charts, measured vs modeled figures
+// (distributed executor), segment allocation, the pipeline Gantt of a chosen round,
+// loss/eval/latency/objective curves and the decision log.
 //
 // Loading: the run's detail fixes R = rounds_done - 1; every history request asks for rounds <= R
 // (server-side downsampled), then the run's event stream (/api/runs/{id}/events) adds rounds > R.
@@ -21,6 +22,7 @@ import { SegmentCharts } from '../run/segments.js';
 import { GanttView } from '../run/gantt.js';
 import { DecisionLog } from '../run/decisions.js';
 import { Tiles } from '../run/tiles.js';
+import { MeasuredView, isMeasuredRun } from '../run/measured.js';
 
 const TERMINAL = ['succeeded', 'failed', 'cancelled'];
 const DEVICE_POINTS = 200; // per device and metric, downsampled by the API (LTTB)
@@ -53,7 +55,7 @@ export function mountRun(main, { runId }) {
   const recent = [];
   const loaded = new Set();
   const onScreen = new Set();
-  const parts = { device: [], round: [], segments: null, gantt: null, decisions: null, tiles: null };
+  const parts = { device: [], round: [], segments: null, gantt: null, decisions: null, tiles: null, measured: null };
   const observer = new IntersectionObserver((entries) => {
     for (const entry of entries) {
       const chart = entry.target.chart;
@@ -166,11 +168,18 @@ export function mountRun(main, { runId }) {
     parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_encoder_blocks);
     parts.gantt = new GanttView(run.id, n.num_clusters);
     parts.decisions = new DecisionLog(run.id);
+    parts.measured = isMeasuredRun(run) ? new MeasuredView(run) : null;
     clear(body).append(
       parts.tiles.el,
       h('div.section-title', {}, h('h2', {}, 'Per device'), deviceFilter(n.num_clusters, initial),
         h('span.small.muted', {}, devices.length > 8 ? `${devices.length} devices: hover a line for its name` : '')),
       h('div.grid', {}, parts.device.map((c) => c.panel)),
+      ...(parts.measured ? [
+        h('div.section-title', {}, h('h2', {}, 'Measured vs modeled'),
+          h('span.small.muted', {}, 'what each rank of the distributed executor measured, beside the cost model')),
+        h('div.grid-2', {}, parts.measured.panels),
+        parts.measured.table,
+      ] : []),
       h('div.section-title', {}, h('h2', {}, 'Segments and pipeline')),
       h('div.grid-2', {}, parts.segments.panels, parts.gantt.panel),
       h('div.section-title', {}, h('h2', {}, 'Training and objective')),
@@ -201,17 +210,19 @@ export function mountRun(main, { runId }) {
     const empty = R < 0;
     loaded.clear();
     initial.forEach((d) => loaded.add(d));
-    const [history, rounds, heat, latestDecision] = await Promise.all([
+    const [history, rounds, heat, latestDecision, measured] = await Promise.all([
       deviceHistory(initial, R),
       empty ? { series: {} } : get(`/api/runs/${run.id}/rounds`, { fields: roundFields(), max_points: ROUND_POINTS, ...range }),
       empty ? { series: {} } : get(`/api/runs/${run.id}/devices`, { metric: 'num_blocks', max_points: HEATMAP_POINTS, method: 'mean', ...range }),
       parts.decisions.load(R),
+      parts.measured ? parts.measured.load(R) : [],
     ]);
     if (closed) return;
     const fetched = performance.now();
     // one chart per task: the page keeps answering input while a big run draws
     for (const chart of parts.device) {
       chart.draw(history, initial);
+      chart.addMeasuredHistory(measured);
       await nextFrame();
     }
     for (const chart of parts.round) {
@@ -275,6 +286,7 @@ export function mountRun(main, { runId }) {
     }
     parts.segments.extend(batch);
     parts.decisions.extend(batch);
+    if (parts.measured) parts.measured.extend(batch);
     if (parts.tiles.total !== undefined) parts.tiles.extend(batch);
     const newest = batch[batch.length - 1].round.round;
     parts.gantt.suggest(newest);
@@ -363,6 +375,7 @@ export function mountRun(main, { runId }) {
       for (const chart of [...parts.device, ...parts.round]) chart.destroy();
       if (parts.segments) parts.segments.destroy();
       if (parts.gantt) parts.gantt.destroy();
+      if (parts.measured) parts.measured.destroy();
     },
   };
 }
