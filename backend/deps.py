@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
+from anyio import to_thread
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
@@ -19,11 +20,23 @@ from backend.users import service as users
 SESSION_COOKIE = "collapipe_session"
 
 
-def _session(request: Request) -> Iterator[Session]:
-    """One session per request; commits when the endpoint returns, then runs after-commit actions."""
+async def _session(request: Request) -> AsyncIterator[Session]:
+    """One session per request; commits when the endpoint returns, then runs after-commit actions.
+
+    An async generator: creating a session does no I/O (it connects on first use, in the endpoint's
+    thread), so only the end — commit, after-commit actions, close — takes a worker thread.
+    """
     session: Session = request.app.state.session_factory()
     try:
         yield session
+    except BaseException:
+        await to_thread.run_sync(_discard_and_close, session)
+        raise
+    await to_thread.run_sync(_commit_and_close, session)
+
+
+def _commit_and_close(session: Session) -> None:
+    try:
         commit_and_notify(session)
     except BaseException:
         discard_pending(session)
@@ -32,20 +45,27 @@ def _session(request: Request) -> Iterator[Session]:
         session.close()
 
 
+def _discard_and_close(session: Session) -> None:
+    try:
+        discard_pending(session)
+    finally:
+        session.close()
+
+
 SessionDep = Annotated[Session, Depends(_session, scope="function")]
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def _channel(request: Request) -> LiveChannel:
+async def _channel(request: Request) -> LiveChannel:
     channel: LiveChannel = request.app.state.channel
     return channel
 
 
-def _dispatcher(request: Request) -> RunDispatcher:
+async def _dispatcher(request: Request) -> RunDispatcher:
     dispatcher: RunDispatcher = request.app.state.dispatcher
     return dispatcher
 
@@ -85,8 +105,8 @@ def _current_user(request: Request, session: SessionDep) -> User:
 CurrentUser = Annotated[User, Depends(_current_user)]
 
 
-def require_role(role: str) -> Callable[[User], User]:
-    def check(user: CurrentUser) -> User:
+def require_role(role: str) -> Callable[[User], Awaitable[User]]:
+    async def check(user: CurrentUser) -> User:  # no I/O: async keeps it off the thread pool
         if not users.has_role(user, role):
             raise Forbidden(f"this needs the {role} role; you are {user.role}")
         return user

@@ -2,11 +2,15 @@
 
 All functions take x (rounds, increasing) and y and return the kept points; a series with at most
 ``max_points`` points is returned unchanged.
+
+Cost: everything that does not depend on earlier choices is computed with whole-array numpy
+(bucket edges, next-bucket means, per-bucket extremes and means). LTTB's choice in one bucket depends
+on the point kept in the previous one, so that part stays a loop over buckets; a narrow bucket is
+scanned with Python floats (cheaper than a numpy call on a few elements), a wide one with numpy.
 """
 
 from __future__ import annotations
 
-from itertools import pairwise
 from typing import Literal
 
 import numpy as np
@@ -14,6 +18,9 @@ import numpy.typing as npt
 
 Method = Literal["lttb", "minmax", "mean", "none"]
 Floats = npt.NDArray[np.float64]
+Indices = npt.NDArray[np.int64]
+
+WIDE_BUCKET_POINTS = 48  # from this width on, one bucket's areas are computed with numpy
 
 
 def downsample(x: Floats, y: Floats, max_points: int, method: Method) -> tuple[Floats, Floats]:
@@ -28,45 +35,64 @@ def downsample(x: Floats, y: Floats, max_points: int, method: Method) -> tuple[F
     return bucket_means(x, y, max_points)
 
 
-def _buckets(n: int, count: int) -> list[tuple[int, int]]:
-    edges = np.linspace(0, n, count + 1).astype(int)
-    return [(int(a), int(b)) for a, b in pairwise(edges) if b > a]
+def bucket_edges(n: int, count: int) -> npt.NDArray[np.int64]:
+    """Start indices of ``count`` near-equal buckets over ``n`` points, plus ``n``; empty ones dropped."""
+    edges = np.linspace(0, n, count + 1).astype(np.int64)
+    return np.unique(edges)
 
 
-def lttb_indices(x: Floats, y: Floats, max_points: int) -> npt.NDArray[np.int64]:
+def lttb_indices(x: Floats, y: Floats, max_points: int) -> Indices:
     """Largest-Triangle-Three-Buckets (Steinarsson 2013): first, last, and per bucket the point that
     spans the largest triangle with the previous kept point and the next bucket's mean."""
     n = len(x)
     if max_points < 3:
         return np.array([0, n - 1][:max_points], dtype=np.int64)
-    inner = _buckets(n - 2, max_points - 2)
+    edges = 1 + bucket_edges(n - 2, max_points - 2)  # inner points 1..n-2
+    starts, stops = edges[:-1], edges[1:]
+    # the next bucket's mean for every bucket; the last bucket looks at the last point
+    sizes = (stops - starts).astype(np.float64)
+    next_x = np.append((np.add.reduceat(x[: stops[-1]], starts) / sizes)[1:], x[n - 1])
+    next_y = np.append((np.add.reduceat(y[: stops[-1]], starts) / sizes)[1:], y[n - 1])
+    xs, ys = x.tolist(), y.tolist()
     kept = [0]
-    for i, (start, stop) in enumerate(inner):
-        a = kept[-1]
-        if i + 1 < len(inner):
-            ns, ne = inner[i + 1]
-            nx, ny = x[1 + ns : 1 + ne].mean(), y[1 + ns : 1 + ne].mean()
+    ax, ay = xs[0], ys[0]
+    buckets = zip(starts.tolist(), stops.tolist(), next_x.tolist(), next_y.tolist(), strict=True)
+    for start, stop, nx, ny in buckets:
+        # twice the triangle (a, b, next mean) = |(ax - nx)(by - ay) - (ax - bx)(ny - ay)|
+        #                                      = |by·(ax - nx) + bx·(ny - ay) + (nx·ay - ax·ny)|
+        cy, cx, c0 = ax - nx, ny - ay, nx * ay - ax * ny
+        if stop - start >= WIDE_BUCKET_POINTS:
+            area = np.abs(y[start:stop] * cy + x[start:stop] * cx + c0)
+            best = start + int(np.argmax(area))
         else:
-            nx, ny = x[n - 1], y[n - 1]
-        bx, by = x[1 + start : 1 + stop], y[1 + start : 1 + stop]
-        area = np.abs((x[a] - nx) * (by - y[a]) - (x[a] - bx) * (ny - y[a]))
-        kept.append(1 + start + int(np.argmax(area)))
+            best, best_area = start, -1.0
+            for j in range(start, stop):
+                a = abs(ys[j] * cy + xs[j] * cx + c0)
+                if a > best_area:
+                    best, best_area = j, a
+        kept.append(best)
+        ax, ay = xs[best], ys[best]
     kept.append(n - 1)
     return np.array(kept, dtype=np.int64)
 
 
-def minmax_indices(y: Floats, max_points: int) -> npt.NDArray[np.int64]:
+def minmax_indices(y: Floats, max_points: int) -> Indices:
     """Per bucket the smallest and the largest point (extremes survive), in x order."""
-    keep: list[int] = []
-    for start, stop in _buckets(len(y), max(1, max_points // 2)):
-        lo, hi = start + int(np.argmin(y[start:stop])), start + int(np.argmax(y[start:stop]))
-        keep.extend(sorted({lo, hi}))
-    return np.array(keep, dtype=np.int64)
+    edges = bucket_edges(len(y), max(1, max_points // 2))
+    starts = edges[:-1]
+    width = int(np.max(np.diff(edges)))
+    # a (buckets x width) view padded with NaN; nanargmin/nanargmax skip the padding
+    padded = np.full((len(starts), width), np.nan)
+    offsets = np.arange(len(y)) - np.repeat(starts, np.diff(edges))
+    padded[np.repeat(np.arange(len(starts)), np.diff(edges)), offsets] = y
+    lo = starts + np.nanargmin(padded, axis=1)
+    hi = starts + np.nanargmax(padded, axis=1)
+    pairs = np.stack([np.minimum(lo, hi), np.maximum(lo, hi)], axis=1).ravel()
+    keep: Indices = pairs[np.append(True, pairs[1:] != pairs[:-1])].astype(np.int64)  # lo == hi: once
+    return keep
 
 
 def bucket_means(x: Floats, y: Floats, max_points: int) -> tuple[Floats, Floats]:
-    buckets = _buckets(len(x), max_points)
-    return (
-        np.array([x[a:b].mean() for a, b in buckets], dtype=np.float64),
-        np.array([y[a:b].mean() for a, b in buckets], dtype=np.float64),
-    )
+    edges = bucket_edges(len(x), max_points)
+    starts, sizes = edges[:-1], np.diff(edges).astype(np.float64)
+    return np.add.reduceat(x, starts) / sizes, np.add.reduceat(y, starts) / sizes

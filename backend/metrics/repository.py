@@ -30,7 +30,8 @@ def round_columns(
     query = _round_range(
         select(*selected).where(RoundMetric.run_id == run_id), from_round, to_round, RoundMetric.round
     )
-    return [tuple(row) for row in session.execute(query.order_by(RoundMetric.round))]
+    # Core execution on the session's connection: plain rows, without the ORM's per-row bookkeeping
+    return list(session.connection().execute(query.order_by(RoundMetric.round)).all())
 
 
 def device_values(
@@ -50,7 +51,7 @@ def device_values(
     if cluster is not None:
         query = query.where(DeviceMetric.cluster == cluster)
     query = _round_range(query, from_round, to_round, DeviceMetric.round)
-    rows = session.execute(query.order_by(DeviceMetric.device_id, DeviceMetric.round))
+    rows = session.connection().execute(query.order_by(DeviceMetric.device_id, DeviceMetric.round))
     return [(str(d), int(r), float(v)) for d, r, v in rows]
 
 

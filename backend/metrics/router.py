@@ -109,7 +109,7 @@ def export(
     table: exporting.ExportTable = "rounds",
 ) -> Response:
     """All stored rounds (or per-device rows) of a run as CSV or Parquet."""
-    runs.get(session, run_id)
+    runs.ensure_exists(session, run_id)
     content = exporting.export(session, run_id, table, format)
     filename = f"run-{run_id}-{table}.{format}"
     return Response(

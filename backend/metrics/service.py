@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from backend.db.models import ROUND_METRIC_COLUMNS
 from backend.errors import InvalidInput
-from backend.jsonsafe import finite, sanitize
+from backend.jsonsafe import sanitize
 from backend.metrics import repository as repo
 from backend.metrics.downsample import Method, downsample
 from backend.metrics.fields import DEFAULT_ROUND_FIELDS, DEVICE_FIELDS, RECORD_FIELDS, ROUND_FIELDS, unit_of
@@ -18,11 +18,14 @@ from backend.metrics.schemas import DecisionItem, DecisionPage, DeviceSeries, Ro
 from backend.runs import service as runs
 
 
-def _series(points: list[tuple[float, float | None]], max_points: int, method: Method) -> Series:
-    kept = [(x, y) for x, y in points if y is not None and finite(y) is not None]
-    x = np.array([p[0] for p in kept], dtype=np.float64)
-    y = np.array([p[1] for p in kept], dtype=np.float64)
-    x, y = downsample(x, y, max_points, method)
+def _series(
+    rounds: Sequence[float], values: Sequence[float | None], max_points: int, method: Method
+) -> Series:
+    """Drop missing and non-finite values (None becomes NaN), downsample, return the lists."""
+    x = np.asarray(rounds, dtype=np.float64)
+    y = np.asarray(values, dtype=np.float64)
+    valid = np.isfinite(y)
+    x, y = downsample(x[valid], y[valid], max_points, method)
     return Series(round=x.tolist(), value=y.tolist())
 
 
@@ -44,7 +47,6 @@ def round_series(
     max_points: int,
     method: Method,
 ) -> RoundSeries:
-    runs.get(session, run_id)
     fields = list(dict.fromkeys(fields or DEFAULT_ROUND_FIELDS))
     _check_fields(fields, ROUND_FIELDS, "fields")
     columns = [f for f in fields if f in ROUND_METRIC_COLUMNS]
@@ -52,15 +54,18 @@ def round_series(
     rows = repo.round_columns(
         session, run_id, [*columns, *(["record"] if needs_record else [])], from_round, to_round
     )
+    if not rows:  # no rounds in range, or no such run (asked only then: one query per request)
+        runs.ensure_exists(session, run_id)
+    rounds = [row[0] for row in rows]
     series = {}
     for field in fields:
         if field in ROUND_METRIC_COLUMNS:
             i = 1 + columns.index(field)
-            points = [(float(row[0]), row[i]) for row in rows]
+            values = [row[i] for row in rows]
         else:
             extract = RECORD_FIELDS[field]
-            points = [(float(row[0]), extract(row[-1])) for row in rows]
-        series[field] = _series(points, max_points, method)
+            values = [extract(row[-1]) for row in rows]
+        series[field] = _series(rounds, values, max_points, method)
     return RoundSeries(
         run_id=run_id,
         points_stored=len(rows),
@@ -82,27 +87,29 @@ def device_series(
     max_points: int,
     method: Method,
 ) -> DeviceSeries:
-    runs.get(session, run_id)
+    runs.ensure_exists(session, run_id)
     _check_fields([metric], DEVICE_FIELDS, "metric")
-    grouped: dict[str, list[tuple[float, float | None]]] = {}
+    grouped: dict[str, tuple[list[int], list[float | None]]] = {}
     for device, round_index, value in repo.device_values(
         session, run_id, metric, device_ids, cluster, from_round, to_round
     ):
-        grouped.setdefault(device, []).append((float(round_index), value))
+        rounds, values = grouped.setdefault(device, ([], []))
+        rounds.append(round_index)
+        values.append(value)
     return DeviceSeries(
         run_id=run_id,
         metric=metric,
         unit=unit_of(metric),
         method=method,
         max_points=max_points,
-        series={device: _series(points, max_points, method) for device, points in grouped.items()},
+        series={device: _series(r, v, max_points, method) for device, (r, v) in grouped.items()},
     )
 
 
 def decisions(
     session: Session, run_id: int, from_round: int | None, to_round: int | None, limit: int, offset: int
 ) -> DecisionPage:
-    runs.get(session, run_id)
+    runs.ensure_exists(session, run_id)
     records = repo.records_page(session, run_id, from_round, to_round, limit, offset)
     return DecisionPage(
         run_id=run_id,

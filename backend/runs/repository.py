@@ -5,14 +5,40 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Row, func, select, update
 from sqlalchemy.orm import Session
 
 from backend.db.models import Run, User
 
+# what a run listing shows: every column but the configs (JSON documents of several KB each that
+# the list never returns; decoding them was most of a listing's cost)
+LISTED_COLUMNS = (
+    Run.id,
+    Run.name,
+    Run.experiment_id,
+    Run.status,
+    Run.owner_id,
+    Run.created_at,
+    Run.started_at,
+    Run.finished_at,
+    Run.rounds_done,
+    Run.total_rounds,
+    Run.error,
+    Run.cancel_requested,
+    Run.attempt,
+    Run.parent_run_id,
+    Run.fork_round,
+    Run.policy,
+    Run.executor,
+)
+
 
 def get(session: Session, run_id: int) -> Run | None:
     return session.get(Run, run_id)
+
+
+def exists(session: Session, run_id: int) -> bool:
+    return session.scalar(select(Run.id).where(Run.id == run_id)) is not None
 
 
 def status_of(session: Session, run_id: int) -> str | None:
@@ -42,17 +68,19 @@ def page(
     search: str | None,
     limit: int,
     offset: int,
-) -> tuple[list[Run], int]:
-    query = select(Run)
+) -> tuple[list[Row[Any]], int]:
+    """One page of runs, newest first, as rows of ``LISTED_COLUMNS``; and the number matching."""
+    conditions: list[Any] = []
     if statuses:
-        query = query.where(Run.status.in_(statuses))
+        conditions.append(Run.status.in_(statuses))
     if owner is not None:
-        query = query.join(User, User.id == Run.owner_id).where(User.username == owner)
+        conditions.append(Run.owner_id.in_(select(User.id).where(User.username == owner)))
     if search:
-        query = query.where(func.lower(Run.name).contains(search.lower(), autoescape=True))
-    total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    items = session.scalars(query.order_by(Run.id.desc()).limit(limit).offset(offset))
-    return list(items), int(total)
+        conditions.append(func.lower(Run.name).contains(search.lower(), autoescape=True))
+    total = session.scalar(select(func.count(Run.id)).where(*conditions)) or 0
+    query = select(*LISTED_COLUMNS).where(*conditions).order_by(Run.id.desc()).limit(limit).offset(offset)
+    rows: list[Row[Any]] = list(session.execute(query).all())  # type: ignore[arg-type]
+    return rows, int(total)
 
 
 def _conditional(session: Session, run_id: int, from_statuses: Sequence[str], **values: Any) -> bool:

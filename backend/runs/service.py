@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from backend.config_input import normalized, validated_config
@@ -34,9 +35,15 @@ def get(session: Session, run_id: int) -> Run:
     return run
 
 
+def ensure_exists(session: Session, run_id: int) -> None:
+    """NotFound unless the run exists (reads its id only, not the row's configs)."""
+    if not repo.exists(session, run_id):
+        raise NotFound(f"no run with id {run_id}")
+
+
 def page(
     session: Session, statuses: Sequence[str], owner: str | None, search: str | None, limit: int, offset: int
-) -> tuple[list[Run], int]:
+) -> tuple[list[Row[Any]], int]:
     return repo.page(session, statuses, owner, search, limit, offset)
 
 

@@ -65,6 +65,13 @@ def get_token_by_hash(session: Session, token_hash: str) -> ApiToken | None:
     return session.scalar(select(ApiToken).where(ApiToken.token_hash == token_hash))
 
 
+def token_with_user(session: Session, token_hash: str) -> tuple[ApiToken, User] | None:
+    """The token with this hash and its user, in one query."""
+    query = select(ApiToken, User).join(User, User.id == ApiToken.user_id)
+    row = session.execute(query.where(ApiToken.token_hash == token_hash)).first()
+    return None if row is None else (row[0], row[1])
+
+
 def list_tokens(session: Session, user_id: int | None = None) -> list[ApiToken]:
     query = select(ApiToken).order_by(ApiToken.id)
     if user_id is not None:

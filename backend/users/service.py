@@ -55,13 +55,15 @@ def user_for_session(session: Session, secret: str) -> User | None:
 
 
 def user_for_token(session: Session, secret: str) -> User | None:
-    token = repo.get_token_by_hash(session, hash_secret(secret))
-    if token is None or token.revoked_at is not None:
+    """The token's user, read from the database on every call: a revoked token stops at once."""
+    found = repo.token_with_user(session, hash_secret(secret))
+    if found is None or found[0].revoked_at is not None:
         return None
+    token, user = found
     now = utcnow()
     if token.last_used_at is None or now - token.last_used_at > TOKEN_TOUCH_INTERVAL:
         repo.touch_token(session, token.id, now)
-    return repo.get_user(session, token.user_id)
+    return user
 
 
 def get_user(session: Session, user_id: int) -> User:
