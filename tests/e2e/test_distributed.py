@@ -119,8 +119,9 @@ def test_a_distributed_run_launched_from_the_form_shows_measured_figures(
     for measured in stored.values():
         assert sorted(measured) == sorted(PARTICIPANTS)  # the CU's and edge server's figures are stored
 
-    # live: the rounds arrived through the event stream
+    # live: the rounds arrived through the event stream (the page opens seconds before the ranks are up)
     expect(page.locator(".page-head .status")).to_have_text("succeeded", timeout=30_000)
+    page.wait_for_function(f"window.collapipeStats.draws.filter(d => d.runId === {run_id}).length >= 1")
     _check_measured_view(page, stored)
     screenshot(page, "run-distributed-live")
 
