@@ -23,6 +23,7 @@ import numpy as np
 
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.allocation import allocate_links, cluster_terms
+from collapipe_core.scheduler.linkmemo import LinkMemo
 from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet
 
 WEIGHTS = (1.0, 0.5, 0.25, 0.1, 0.03, 0.0)
@@ -44,7 +45,12 @@ class Options:
 
 @quiet
 def options(
-    pr: RoundProblem, delta: IntArray, micro: IntArray, weights: tuple[float, ...], rounds: int = 2
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: IntArray,
+    weights: tuple[float, ...],
+    rounds: int = 2,
+    memo: LinkMemo | None = None,
 ) -> Options:
     """Links of every cluster of δ (..., N, K), M (..., N) for each pair (w, v) ∈ weights²."""
     w = np.array(weights)
@@ -55,10 +61,21 @@ def options(
     d = np.broadcast_to(delta[..., None, :, :], (*lead, menu, *delta.shape[-2:]))
     m = np.broadcast_to(micro.astype(np.float64)[..., None, :], (*lead, menu, micro.shape[-1]))
     shape = m.shape
-    terms = cluster_terms(
-        pr, d, m, np.broadcast_to(pw[:, None], shape), np.broadcast_to(gw[:, None], shape), np.zeros(shape)
-    )
-    beta, power, _ = allocate_links(pr, d, m, terms, rounds)  # (..., W, N, K)
+    if memo is not None:
+        cluster = np.broadcast_to(np.arange(shape[-1]), shape).reshape(-1)
+        flat = memo.links(
+            cluster,
+            d.reshape(-1, d.shape[-1]),
+            np.broadcast_to(micro[..., None, :], shape).reshape(-1),
+            np.broadcast_to(pw[:, None], shape).reshape(-1),
+            np.broadcast_to(gw[:, None], shape).reshape(-1),
+            rounds,
+        )
+        beta, power = (x.reshape(d.shape) for x in flat)
+    else:
+        pipe_w, gather_w = np.broadcast_to(pw[:, None], shape), np.broadcast_to(gw[:, None], shape)
+        terms = cluster_terms(pr, d, m, pipe_w, gather_w, np.zeros(shape))
+        beta, power, _ = allocate_links(pr, d, m, terms, rounds)  # (..., W, N, K)
     rate = pr.rate_bps(beta, power)
     with np.errstate(divide="ignore"):
         u = np.where(rate > 0, 1.0 / np.where(rate > 0, rate, 1.0), np.inf)
@@ -69,16 +86,28 @@ def options(
 
 @quiet
 def coupled_links(
-    pr: RoundProblem, delta: IntArray, micro: IntArray, rounds: int = 2, weights: tuple[float, ...] = WEIGHTS
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: IntArray,
+    rounds: int = 2,
+    weights: tuple[float, ...] = WEIGHTS,
+    memo: LinkMemo | None = None,
 ) -> tuple[FloatArray, FloatArray]:
-    """β, p (..., N, K) for fixed δ (..., N, K) and M (..., N); ``rounds`` of the link descent."""
+    """β, p (..., N, K) for fixed δ (..., N, K) and M (..., N); ``rounds`` of the link descent.
+
+    With a ``memo`` each distinct cluster link problem of the round is solved once."""
     mf = micro.astype(np.float64)
     if pr.shape[0] == 1 or len(weights) == 1:
         ones = np.ones(mf.shape)
+        if memo is not None:
+            cluster = np.broadcast_to(np.arange(pr.shape[0]), mf.shape).reshape(-1)
+            flat = np.ones(cluster.shape)
+            b, p = memo.links(cluster, delta.reshape(-1, pr.shape[1]), micro.reshape(-1), flat, flat, rounds)
+            return b.reshape(delta.shape), p.reshape(delta.shape)
         terms = cluster_terms(pr, delta, mf, ones, ones, np.zeros(mf.shape))
         beta, power, _ = allocate_links(pr, delta, mf, terms, rounds)
         return beta, power
-    opt = options(pr, delta, micro, weights, rounds)
+    opt = options(pr, delta, micro, weights, rounds, memo)
     pick = select(pr.V, opt.pipe, opt.gather, opt.energy)  # (..., N)
     sel = pick[..., None, :, None]
     return (

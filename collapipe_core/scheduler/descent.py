@@ -24,6 +24,7 @@ import numpy.typing as npt
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler import proposals
 from collapipe_core.scheduler.coupling import coupled_links
+from collapipe_core.scheduler.linkmemo import LinkMemo
 from collapipe_core.scheduler.microbatches import best_microbatches, memory_limit
 from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs
 from collapipe_core.scheduler.segments import SegmentCosts, best_segments
@@ -72,9 +73,14 @@ def objective(
 
 
 def links(
-    pr: RoundProblem, delta: IntArray, micro: IntArray, rounds: int = 2, weights: tuple[float, ...] = (1.0,)
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: IntArray,
+    rounds: int = 2,
+    weights: tuple[float, ...] = (1.0,),
+    memo: LinkMemo | None = None,
 ) -> tuple[FloatArray, FloatArray]:
-    return coupled_links(pr, delta, micro, rounds, weights)
+    return coupled_links(pr, delta, micro, rounds, weights, memo)
 
 
 def micro_step(pr: RoundProblem, delta: IntArray, beta: FloatArray, power: FloatArray) -> IntArray:
@@ -163,7 +169,13 @@ def segments(
 
 
 def propose(
-    pr: RoundProblem, delta: IntArray, micro: IntArray, beta: FloatArray, power: FloatArray, effort: Effort
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: IntArray,
+    beta: FloatArray,
+    power: FloatArray,
+    effort: Effort,
+    memo: LinkMemo | None = None,
 ) -> Proposal:
     """New (δ, M, β, p) per start and proposal (S, P, ...): the joint segment step, then the links."""
     priced = functools.partial(proposals.priced_links, targets=effort.gather_targets)
@@ -171,10 +183,10 @@ def propose(
     if effort.diversity:
         models += ((proposals.without_each, False), (proposals.equal_shares, False))
     new_delta, new_micro = segments(pr, delta, micro, beta, power, delta, models, effort)
-    new_beta, new_power = links(pr, new_delta, new_micro)
+    new_beta, new_power = links(pr, new_delta, new_micro, memo=memo)
     if pr.shape[0] > 1:  # M couples the clusters through G(Σ M) and the maximum: the joint M step
         new_micro = micro_step(pr, new_delta, new_beta, new_power)
-        new_beta, new_power = links(pr, new_delta, new_micro)
+        new_beta, new_power = links(pr, new_delta, new_micro, memo=memo)
     return new_delta, new_micro, new_beta, new_power
 
 

@@ -48,6 +48,7 @@ from collapipe_core.scheduler.descent import (
     propose,
     segments,
 )
+from collapipe_core.scheduler.linkmemo import LinkMemo
 from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem
 from collapipe_core.state import RoundState
 
@@ -79,13 +80,14 @@ def _solve(state: RoundState, use_queues: bool, effort: Effort | None) -> tuple[
         pr = pr.with_queues(np.zeros(pr.shape))
     check_memory(pr)
     effort = effort or effort_for(pr)
+    memo = LinkMemo(pr)  # each cluster's links for a given (δ_n, M_n, weights, rounds) are solved once
     delta, micro, _, _ = _starts(pr, effort)
-    beta, power = links(pr, delta, micro, rounds=1)  # a starting point: the proposals re-solve the links
+    beta, power = links(pr, delta, micro, rounds=1, memo=memo)  # a start: the proposals re-solve the links
     current = objective(pr, delta, micro, beta, power)
     iterations = 1
     for _ in range(effort.iterations):
         iterations += 1
-        proposal = propose(pr, delta, micro, beta, power, effort)
+        proposal = propose(pr, delta, micro, beta, power, effort, memo)
         delta, micro, beta, power, improved = accept(pr, (delta, micro, beta, power), proposal, current)
         new = objective(pr, delta, micro, beta, power)
         converged = bool(np.all(new >= current * (1 - TOLERANCE)))
@@ -108,7 +110,7 @@ def _solve(state: RoundState, use_queues: bool, effort: Effort | None) -> tuple[
     weights = effort.polish_weights
     if pr.shape[0] == 2 and effort is FULL:
         weights = tuple(float(w) for w in np.linspace(1.0, 0.0, 11))  # ties between two clusters
-    fine = links(pr, delta, fine_micro, effort.polish_rounds, weights)
+    fine = links(pr, delta, fine_micro, effort.polish_rounds, weights, memo)
     options = [(micro, beta, power), (fine_micro, *fine)]
     values = [float(objective(pr, delta, m, b, p)[0]) for m, b, p in options]
     micro, beta, power = options[int(np.argmin(values))]

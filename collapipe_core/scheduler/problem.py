@@ -53,6 +53,17 @@ def quiet(step: Callable[_P, _R]) -> Callable[_P, _R]:
     return run
 
 
+DEVICE_FIELDS = (  # the (N, K) arrays of a RoundProblem
+    "available",
+    "compute_s",
+    "compute_energy_j",
+    "gain",
+    "max_power_w",
+    "queues",
+    "memory_bytes",
+)
+
+
 @dataclass(frozen=True, eq=False)
 class RoundProblem:
     """Constants of one round's problem; device arrays are (N, K)."""
@@ -93,17 +104,12 @@ class RoundProblem:
 
     def cluster(self, n: int) -> RoundProblem:
         """Cluster n alone (a one-cluster problem with the same constants)."""
-        rows = slice(n, n + 1)
-        device_fields = (
-            "available",
-            "compute_s",
-            "compute_energy_j",
-            "gain",
-            "max_power_w",
-            "queues",
-            "memory_bytes",
-        )
-        return dataclasses.replace(self, **{name: getattr(self, name)[rows] for name in device_fields})
+        return self.rows(np.array([n]))
+
+    def rows(self, clusters: IntArray) -> RoundProblem:
+        """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
+        a batch of independent single-cluster sub-problems solved side by side."""
+        return dataclasses.replace(self, **{name: getattr(self, name)[clusters] for name in DEVICE_FIELDS})
 
     def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
         """Most TEBs each device can hold with M micro-batches (``micro`` broadcasts against (..., N)).
