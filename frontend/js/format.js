@@ -21,7 +21,8 @@ function bytes(value) {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let v = value;
   let i = 0;
-  while (Math.abs(v) >= 1024 && i < units.length - 1) {
+  // from 1000 on, the next unit: three significant digits of 1000–1023 would need an exponent
+  while (Math.abs(v) >= 1000 && i < units.length - 1) {
     v /= 1024;
     i += 1;
   }
