@@ -131,13 +131,15 @@ def allocate_links(
         trial_x = np.minimum(trial_x, snr_limit(pr, trial_beta))
         trial = _score(pr, wide, delta_w, trial_beta, trial_x, weight_w)  # (..., P, N)
         pick = np.argmin(trial, axis=-2)  # (..., N)
-        sel = pick[..., None, :, None]
-        beta = np.take_along_axis(trial_beta, sel, axis=-3)[..., 0, :, :]
-        x = np.take_along_axis(trial_x, sel, axis=-3)[..., 0, :, :]
-        d = np.take_along_axis(td, sel, axis=-3)[..., 0, :, :]
-        bracket = np.take_along_axis(trial_bracket, pick[..., None, :, None], axis=-3)[..., 0, :, :]
-        score = np.take_along_axis(trial, pick[..., None, :], axis=-2)[..., 0, :]
-        center = np.take_along_axis(mu, pick[..., None], axis=-1)[..., 0]
+        # the picked price's figures: a one-hot mask over the price axis (exact: one term, the rest 0)
+        chosen = np.arange(trial.shape[-2])[:, None] == pick[..., None, :]  # (..., P, N)
+        wide_chosen = chosen[..., None]
+        beta = np.where(wide_chosen, trial_beta, 0.0).sum(axis=-3)
+        x = np.where(wide_chosen, trial_x, 0.0).sum(axis=-3)
+        d = np.where(wide_chosen, td, 0.0).sum(axis=-3)
+        bracket = np.where(wide_chosen, trial_bracket, 0.0).sum(axis=-3)
+        score = np.min(trial, axis=-2)
+        center = np.where(np.swapaxes(chosen, -1, -2), mu, 0.0).sum(axis=-1)
         spread = np.where(pick % (PRICES - 1) == 0, spread, spread / 3.0)  # zoom unless at an end
         better = score < best
         best = np.where(better, score, best)

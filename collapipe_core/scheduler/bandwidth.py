@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapipe_core.network import BoolArray, FloatArray
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet, take_last
 
 _INF = np.inf
 
@@ -96,7 +96,7 @@ def bandwidth_step(
     z = np.where(on, 1.0 / np.where(on, slope.reshape(rows, k), 1.0), 0.0)  # ζ = 1/d_k
     extra = 1.0 + np.sum(np.where(on, intercept.reshape(rows, k) * z, 0.0), axis=1)  # 1 + Σ c/d
     a, c1, c2, stage_f, stage_b, floor = (
-        np.broadcast_to(np.asarray(x), lead).reshape(rows)
+        _flat(np.asarray(x), lead, rows)
         for x in (terms.a, terms.c1, terms.c2, terms.stage_f, terms.stage_b, terms.gather_floor)
     )
     free, fixed = _candidates(z, d, on, a, c1, c2, stage_f, stage_b, floor, pr.payload_bits, pr.block_bits)
@@ -145,7 +145,6 @@ def _candidates(
     rows, k = z.shape
     a_eff = a + 1e-12 * (c1 * p_bits + c2 * b_bits) + 1e-300
     interior = np.where(on, np.sqrt(z / a_eff[:, None]), _INF)[:, None, :]  # (R, 1, K)
-    inf = np.full((rows, 1, 1), _INF)
     distinct = _distinct(np.where(on, d, 0.0))  # (R, U) the rows' distinct δ values (padded)
     # (A) thresholds 0 and every distinct δ
     thr = np.concatenate([np.zeros((rows, 1)), distinct], axis=1)  # (R, J)
@@ -154,7 +153,7 @@ def _candidates(
     ones = np.ones_like(link_side, dtype=np.float64)
     slopes1 = np.stack([c1 * p_bits, 2.0 * c1 * p_bits], axis=1)  # (R, 2)
     k1 = _kappa(z, ones, link_side, a, slopes1)  # (R, J, 2)
-    k2 = _kappa(z, 1.0 / np.broadcast_to(d[:, None, :], ones.shape), gather_side, a, (c2 * b_bits)[:, None])
+    k2 = _kappa(z, 1.0 / d[:, None, :], gather_side, a, (c2 * b_bits)[:, None])
     j = thr.shape[1]
     k1 = np.concatenate([np.full((rows, j, 1), _INF), k1], axis=2)  # σ1 ∈ {0, c1P, 2c1P}
     k2 = np.concatenate([np.full((rows, j, 1), _INF), k2], axis=2)  # σ2 ∈ {0, c2B}
@@ -166,7 +165,7 @@ def _candidates(
     a_k1 = k1[:, :, :, None].repeat(2, axis=3).reshape(rows, -1)[:, :, None]
     a_k2 = k2[:, :, None, :].repeat(3, axis=2).reshape(rows, -1)[:, :, None]
     free.append(np.minimum(a_k1, a_k2 / dd))
-    fixed.append(np.broadcast_to(inf, free[-1].shape))
+    fixed.append(np.full(free[-1].shape, _INF))
     # (A) link at a kink × free gather target
     f = np.broadcast_to(kink1[:, :, None, :], (rows, 2, j * 2, 1)).reshape(rows, -1, 1)
     c = np.broadcast_to(k2.reshape(rows, 1, -1), (rows, 2, j * 2)).reshape(rows, -1)[:, :, None] / dd
@@ -177,7 +176,7 @@ def _candidates(
     fixed.append(np.broadcast_to(kink2 / dd, (rows, 3 * j, k)))
     # (A) both at kinks
     fixed.append(np.minimum(kink1, kink2 / dd))
-    free.append(np.broadcast_to(inf, fixed[-1].shape))
+    free.append(np.full(fixed[-1].shape, _INF))
     # (B) tied at δ* = each distinct δ
     star = distinct  # (R, U)
     m = np.minimum(1.0, star[:, :, None] / dd)  # (R, K*, K)
@@ -189,23 +188,27 @@ def _candidates(
         ][1:],
         axis=2,
     )  # (R, K*, 5): σ1 + δ*·σ2 except both zero
-    side = np.broadcast_to(on[:, None, :], m.shape)
-    kt = _kappa_per_row(z, m, side, a, tied_slopes)  # (R, K*, 5)
+    kt = _kappa_per_row(z, m, on[:, None, :], a, tied_slopes)  # (R, K*, 5)
     valid_star = np.ones((*kt.shape[:2], 1), dtype=bool)
     free.append((m[:, :, None, :] * kt[:, :, :, None]).reshape(rows, -1, k))
-    fixed.append(np.broadcast_to(inf, free[-1].shape))
+    fixed.append(np.full(free[-1].shape, _INF))
     # (B) tied, at a kink of the link term or of the gather term
     fk = np.concatenate(
         [m[:, :, None, :] * kink1[:, None, :, :], (m * (kink2 / star[:, :, None]))[:, :, None, :]], axis=2
     )
     fk = np.where(valid_star[:, :, :, None], fk, 0.0).reshape(rows, -1, k)
     fixed.append(fk)
-    free.append(np.broadcast_to(inf, fk.shape))
+    free.append(np.full(fk.shape, _INF))
     free_all = np.minimum(np.concatenate(free, axis=1), interior)
-    fixed_all = np.concatenate(
-        [np.broadcast_to(f, fr.shape) for f, fr in zip(fixed, free, strict=True)], axis=1
-    )
+    pairs = zip(fixed, free, strict=True)
+    same = [f if f.shape == fr.shape else np.broadcast_to(f, fr.shape) for f, fr in pairs]
+    fixed_all = np.concatenate(same, axis=1)
     return free_all, fixed_all
+
+
+def _flat(x: FloatArray, lead: tuple[int, ...], rows: int) -> FloatArray:
+    """A per-(batch, cluster) term as a flat (rows,) array."""
+    return x.reshape(rows) if x.shape == lead else np.broadcast_to(x, lead).reshape(rows)
 
 
 def _distinct(values: FloatArray) -> FloatArray:
@@ -219,8 +222,7 @@ def _distinct(values: FloatArray) -> FloatArray:
 
 def _kappa(z: FloatArray, m: FloatArray, side: BoolArray, a: FloatArray, slopes: FloatArray) -> FloatArray:
     """κ of a common target for each group (R, G, K) and slope (R, S): see :func:`_kappa_per_row`."""
-    sl = np.broadcast_to(slopes[:, None, :], (slopes.shape[0], side.shape[1], slopes.shape[1]))
-    return _kappa_per_row(z, m, side, a, sl)
+    return _kappa_per_row(z, m, side, a, slopes[:, None, :])
 
 
 def _kappa_per_row(
@@ -236,8 +238,8 @@ def _kappa_per_row(
     mm = np.where(side, m, 1.0)
     key = np.where(side, z[:, None, :] / (mm * mm), 0.0)
     order = np.argsort(-key, axis=2)
-    ks = np.take_along_axis(key, order, axis=2)
-    ms = np.take_along_axis(mm, order, axis=2)
+    ks = take_last(key, order)
+    ms = take_last(mm, order)
     zm = np.where(ks > 0, ks * ms, 0.0)  # ζ/m
     mw = np.where(ks > 0, ms, 0.0)
     c_zm = np.cumsum(zm, axis=2)[..., None]
@@ -246,9 +248,9 @@ def _kappa_per_row(
     aa = a[:, None, None, None]
     ok = (ks[..., None] > 0) & (ks[..., None] * (sig + aa * c_m) >= aa * c_zm * (1 - 1e-12))
     last = ok.sum(axis=2)  # (R, G, S)
-    idx = np.maximum(last - 1, 0)[:, :, None, :]
-    num = np.take_along_axis(np.broadcast_to(c_zm, ok.shape), idx, axis=2)[:, :, 0, :]
-    den = np.take_along_axis(np.broadcast_to(c_m, ok.shape), idx, axis=2)[:, :, 0, :]
+    idx = np.maximum(last - 1, 0)
+    num = take_last(c_zm[..., 0], idx)
+    den = take_last(c_m[..., 0], idx)
     with np.errstate(divide="ignore", invalid="ignore"):
         k2 = num / (slopes + a[:, None, None] * den)
     return np.where((last > 0) & (slopes > 0), np.sqrt(k2), _INF)
@@ -263,18 +265,15 @@ def _normalise(
     switches to its free bound at y = c_k/F_k. After sorting the switch points, the piece with the first
     i devices switched gives y = (1 − Σ_{>i} ζ/F)/Σ_{≤i} ζ/c, valid if it lies between its switch points.
     """
-    shape = np.broadcast_shapes(z.shape, free.shape, fixed.shape)
-    z, free, fixed = (np.broadcast_to(x, shape) for x in (z, free, fixed))
-    on = np.broadcast_to(on, shape)
     finite = on & np.isfinite(free)
     with np.errstate(divide="ignore", invalid="ignore"):
         base = np.where(on, z / fixed, 0.0)  # ζ/F (0 when F = ∞)
         slope = np.where(finite, z / free, 0.0)  # ζ/c
         bp = np.where(finite, free / fixed, _INF)
     order = np.argsort(bp, axis=-1)
-    bps = np.take_along_axis(bp, order, axis=-1)
-    base_s = np.take_along_axis(base, order, axis=-1)
-    slope_s = np.take_along_axis(slope, order, axis=-1)
+    bps = take_last(bp, order)
+    base_s = take_last(base, order)
+    slope_s = take_last(slope, order)
     with np.errstate(invalid="ignore"):
         rest = base_s.sum(axis=-1, keepdims=True) - np.cumsum(base_s, axis=-1)
     lin = np.cumsum(slope_s, axis=-1)
@@ -304,7 +303,6 @@ def _cost(
     p_bits: float,
     b_bits: float,
 ) -> FloatArray:
-    on = np.broadcast_to(on, u.shape)
     uu = np.where(on, u, 0.0)
     z1 = uu.max(axis=-1)
     z2 = (d * uu).max(axis=-1)

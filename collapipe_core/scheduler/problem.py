@@ -25,6 +25,7 @@ For 1F1B the solvers use the same closed form as their latency model (the cost m
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
@@ -39,6 +40,7 @@ from collapipe_core.state import RoundState
 IntArray = npt.NDArray[np.int64]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_T = TypeVar("_T", bound=np.generic)
 
 
 def quiet(step: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -133,6 +135,15 @@ class RoundProblem:
         with np.errstate(divide="ignore", invalid="ignore"):
             snr = np.where(bw > 0, np.maximum(power, 0.0) * self.gain / (bw * self.noise_w_per_hz), 0.0)
         return np.where(bw > 0, bw * np.log2(1.0 + snr), 0.0)
+
+
+def take_last(values: npt.NDArray[_T], index: IntArray) -> npt.NDArray[_T]:
+    """``np.take_along_axis(values, index, axis=-1)`` for arrays with the same leading shape, by one flat
+    gather (numpy's general version builds an index per axis in Python: slow on the solvers' small arrays)."""
+    lead = index.shape[:-1]
+    width = values.shape[-1]
+    offsets = np.arange(0, math.prod(lead) * width, width).reshape((*lead, 1))
+    return np.asarray(values).reshape(-1)[index + offsets]
 
 
 @dataclass(frozen=True, eq=False)
