@@ -160,7 +160,8 @@ def _candidates(
     kink1 = np.stack([stage_f / p_bits, stage_b / p_bits], axis=1)[:, :, None]  # (R, 2, 1)
     kink2 = (floor / b_bits)[:, None, None]  # (R, 1, 1)
     dd = d[:, None, :]
-    free, fixed = [], []
+    free: list[FloatArray] = []
+    fixed: list[FloatArray] = []
     # (A) free × free
     a_k1 = k1[:, :, :, None].repeat(2, axis=3).reshape(rows, -1)[:, :, None]
     a_k2 = k2[:, :, None, :].repeat(3, axis=2).reshape(rows, -1)[:, :, None]
