@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler.problem import IntArray, quiet
+from collapipe_core.scheduler.problem import IntArray, quiet, take_last
 
 _INF = np.inf
 FIRST_CHUNK = 4
@@ -118,9 +118,16 @@ def best_segments(
         if not np.any(live):
             break
         sel_caps = np.where(live[:, :, None], np.take_along_axis(caps, idx[:, :, None], axis=1), 0)
-        delta, cost = _dp(
-            sc, sel_caps, np.take_along_axis(xb, idx, axis=1), np.take_along_axis(gb, idx, axis=1), L
-        )
+        sel_x, sel_g = np.take_along_axis(xb, idx, axis=1), np.take_along_axis(gb, idx, axis=1)
+        busy = np.any(live, axis=1)
+        if np.all(busy):
+            delta, cost = _dp(sc, sel_caps, sel_x, sel_g, L)
+        else:  # the DP only for the rows with a pair left to examine (the others are pruned)
+            on = np.flatnonzero(busy)
+            part_delta, part_cost = _dp(_take_rows(sc, on), sel_caps[on], sel_x[on], sel_g[on], L)
+            delta = np.zeros((*sel_caps.shape[:2], sel_caps.shape[2]), dtype=np.int64)
+            cost = np.full(sel_caps.shape[:2], _INF)
+            delta[on], cost[on] = part_delta, part_cost
         cost = np.where(live, cost, _INF)
         i = np.argmin(cost, axis=1)
         c = cost[np.arange(rows), i]
@@ -130,6 +137,10 @@ def best_segments(
     feasible = np.all(best_delta <= sc.caps, axis=1) & (best_delta.sum(axis=1) == L)
     # the charge at the thresholds bounds the solution's cost from above; report its exact cost
     return best_delta, np.where(feasible, segment_cost(sc, best_delta), _INF)
+
+
+def _take_rows(sc: SegmentCosts, rows: IntArray) -> SegmentCosts:
+    return SegmentCosts(*(getattr(sc, f)[rows] for f in SegmentCosts.__dataclass_fields__))
 
 
 def _threshold_candidates(
@@ -222,8 +233,8 @@ def _dp(
     gg = np.where(np.isfinite(gb), gb, 0.0)
     j = np.arange(L + 1)
     d = np.arange(1, max(int(caps.max()), 1) + 1)  # no device takes more than the largest cap
-    src = np.clip(j[:, None] - d[None, :], 0, L)  # (L+1, D) index j − d
-    reach = (j[:, None] - d[None, :]) >= 0
+    src = j[:, None] - d[None, :] + L  # (L+1, D) index of j − d in dp padded with L infeasible entries
+    pad = np.full((rows, pairs, L), _INF)
     r_idx, p_idx = np.arange(rows)[:, None], np.arange(pairs)[None, :]
     dp = np.full((rows, pairs, L + 1), _INF)  # schedule started; "not started" is only j = 0
     choice = np.zeros((k, rows, pairs, L + 1), dtype=np.int64)
@@ -231,7 +242,10 @@ def _dp(
     for step in range(k):
         dev = order[:, step]
         cap = caps[r_idx, p_idx, dev[:, None]]  # (R, C)
-        cost_d = sc.cost[np.arange(rows), dev][:, None, None, : d.size]  # (R, 1, 1, D) cost of d TEBs
+        # (R, C, 1, D) cost of d TEBs on the device, ∞ above its cap
+        cost_d = np.where(d <= cap[:, :, None], sc.cost[np.arange(rows), dev][:, None, : d.size], _INF)[
+            :, :, None, :
+        ]
         t = sc.link_s[np.arange(rows), dev][:, None]
         cols = (
             sc.c1[:, None],
@@ -241,10 +255,9 @@ def _dp(
             sc.gather_floor[:, None],
         )
         start_cost = _maxima(*cols, xx, t, gg)  # (R, C)
-        allowed = reach[None, None] & (d[None, None, None, :] <= cap[:, :, None, None])
-        cont = np.where(allowed, dp[:, :, src] + cost_d, _INF)  # (R, C, L+1, L)
+        cont = np.concatenate([pad, dp], axis=2)[:, :, src] + cost_d  # (R, C, L+1, D); ∞ where j < d
         best_d = np.argmin(cont, axis=3)
-        best_c = np.take_along_axis(cont, best_d[..., None], axis=3)[..., 0]
+        best_c = take_last(cont, best_d[..., None])[..., 0]
         first = np.concatenate([np.full((rows, 1), _INF), sc.cost[np.arange(rows), dev]], axis=1)  # j TEBs
         can_start = (j[None, None, :] >= 1) & (j[None, None, :] <= cap[:, :, None])
         start = np.where(can_start, first[:, None, :] + start_cost[:, :, None], _INF)
