@@ -1,13 +1,16 @@
-"""Backend test fixtures: databases (SQLite and PostgreSQL), the app, users of every role.
+"""Backend test fixtures: the two deployments, their databases, the app, users of every role.
 
-``database_url`` is parametrised over both databases, so every test that uses it (directly or via
-``api``) runs on SQLite and, marked ``postgres``, on PostgreSQL.
+``deployment`` is parametrised over ``embedded`` (SQLite, local runner, DB-tailing live channel) and
+``production`` (PostgreSQL, a real Celery worker on Redis, the Redis Stream live channel; marked
+postgres, redis and celery), so every test that uses it, directly or through ``database_url``,
+``session_factory``, ``settings``, ``app_factory`` or ``api``, runs on both. A test about one
+deployment only says so with ``@pytest.mark.deployments("embedded")``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +25,38 @@ from backend.db.models import ApiToken, User
 from backend.settings import Settings
 from backend.users.security import hash_password, hash_secret
 from tests.backend.client import SyncClient
-from tests.backend.databases import postgres_database, postgres_schema, sqlite_url
+from tests.backend.databases import postgres_database, sqlite_url
+from tests.backend.deployments import (
+    DEPLOYMENTS,
+    EMBEDDED,
+    LEASE_S,
+    PRODUCTION,
+    ProductionStack,
+    RecordingDispatcher,
+    production_stack,
+    real_dispatcher,
+    wait_terminal,
+)
+from workers.settings import WorkerSettings
+
+__all__ = ["PASSWORD", "Api", "RecordingDispatcher", "add_user"]
 
 ROLES = ("viewer", "operator", "admin")
 PASSWORD = "correct horse battery"
+PRODUCTION_MARKS = (pytest.mark.postgres, pytest.mark.redis, pytest.mark.celery)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise ``deployment`` over both deployments, or those a ``deployments`` marker names."""
+    if "deployment" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("deployments")
+    names = marker.args if marker is not None else DEPLOYMENTS
+    unknown = sorted(set(names) - set(DEPLOYMENTS))
+    if unknown:
+        raise ValueError(f"@pytest.mark.deployments{names!r}: unknown {unknown}; choose from {DEPLOYMENTS}")
+    params = [pytest.param(n, marks=PRODUCTION_MARKS if n == PRODUCTION else ()) for n in names]
+    metafunc.parametrize("deployment", params, indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -38,17 +69,37 @@ def _fast_password_hashing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
+    """A throwaway PostgreSQL database for tests that need their own schemas (migrations)."""
     with postgres_database() as url:
         yield url
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield sqlite_url(tmp_path)
-    else:
-        with postgres_schema(request.getfixturevalue("pg_database")) as url:
-            yield url
+@pytest.fixture(scope="session")
+def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProductionStack]:
+    """PostgreSQL + Redis + one real Celery worker process, shared by the session's production tests."""
+    with production_stack(tmp_path_factory.mktemp("production")) as stack:
+        yield stack
+
+
+@pytest.fixture
+def deployment(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``embedded`` or ``production``; a production test starts on empty tables and an idle worker."""
+    name: str = request.param
+    if name == EMBEDDED:
+        yield name
+        return
+    stack: ProductionStack = request.getfixturevalue("production")
+    stack.reset()
+    yield name
+    stack.quiesce()
+
+
+@pytest.fixture
+def database_url(deployment: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if deployment == EMBEDDED:
+        return sqlite_url(tmp_path)
+    stack: ProductionStack = request.getfixturevalue("production")
+    return stack.database_url
 
 
 @pytest.fixture
@@ -58,48 +109,44 @@ def session_factory(database_url: str) -> Iterator[sessionmaker[Session]]:
     engine.dispose()
 
 
-@dataclass
-class RecordingDispatcher:
-    """Remembers what was enqueued and runs nothing (API tests need no executor)."""
-
-    enqueued: list[int] = field(default_factory=list)
-    ready_problem: str | None = None
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    def enqueue(self, run_id: int) -> None:
-        self.enqueued.append(run_id)
-
-    def check_ready(self) -> str | None:
-        return self.ready_problem
-
-    def queue_depth(self) -> int | None:
-        return None
-
-
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path) -> Settings:
-    return Settings(
-        database_url=database_url,
-        artifact_dir=tmp_path / "artifacts",
-        sse_poll_interval_s=0.02,
-        sse_heartbeat_s=0.5,
-        dispatch_interval_s=0.05,
-        lease_s=30.0,
-        max_parallel_runs=2,
-        threads_per_run=1,
-        _env_file=None,
+def settings(deployment: str, database_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
+    common: dict[str, Any] = {
+        "database_url": database_url,
+        "sse_poll_interval_s": 0.02,
+        "sse_heartbeat_s": 0.5,
+        "dispatch_interval_s": 0.05,
+        "lease_s": LEASE_S,
+        "max_parallel_runs": 2,
+        "threads_per_run": 1,
+        "_env_file": None,
+    }
+    if deployment == EMBEDDED:
+        return Settings(artifact_dir=tmp_path / "artifacts", **common)
+    stack: ProductionStack = request.getfixturevalue("production")
+    return WorkerSettings(
+        executor="celery",
+        redis_url=stack.redis_url,
+        redis_key_prefix=stack.redis_prefix,
+        artifact_dir=stack.artifact_dir,
+        **common,
     )
 
 
 @pytest.fixture
-def app_factory(settings: Settings) -> Callable[..., FastAPI]:
+def app_factory(deployment: str, settings: Settings) -> Callable[..., FastAPI]:
+    """``make(dispatcher=None, **settings overrides)``: an app of the deployment.
+
+    Without a dispatcher the app uses the deployment's own executor, as ``collapipe serve`` or the
+    production API would. A ``RecordingDispatcher`` holds runs; it gets that executor behind it, for
+    its ``release()``.
+    """
+
     def make(dispatcher: Any = None, **overrides: Any) -> FastAPI:
-        return create_app(settings.model_copy(update=overrides), dispatcher=dispatcher)
+        app = create_app(settings.model_copy(update=overrides), dispatcher=dispatcher)
+        if isinstance(dispatcher, RecordingDispatcher) and dispatcher.real is None:
+            dispatcher.real = real_dispatcher(deployment, app)
+        return app
 
     return make
 
@@ -128,9 +175,15 @@ class Api:
     def as_(self, role: str) -> dict[str, str]:
         return self.headers[role]
 
+    def run_to_end(self, run_id: int, timeout_s: float = 120.0) -> str:
+        """Release held runs to the deployment's executor; wait until ``run_id`` ends; its status."""
+        self.dispatcher.release()
+        return wait_terminal(self.session_factory, run_id, timeout_s)
+
 
 @pytest.fixture
 def api(app_factory: Callable[..., FastAPI], session_factory: sessionmaker[Session]) -> Iterator[Api]:
+    """The deployment's app behind an in-process client; runs are held until ``run_to_end``."""
     headers: dict[str, dict[str, str]] = {"anonymous": {}}
     ids = {}
     for role in ROLES:

@@ -1,4 +1,7 @@
-"""`collapipe remote`: submit, ls, watch, export against a real server; errors exit 2 with the reason."""
+"""`collapipe remote`: submit, ls, watch, export against a real server; errors exit 2 with the reason.
+
+The submitted run is held, then released to the deployment's executor while ``watch`` follows it.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +16,7 @@ from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from backend.live.db_channel import DbEventChannel
 from backend.remote import remote_app
-from backend.runs.execution import execute_run
 from tests.backend.builders import tiny_config
 from tests.backend.conftest import RecordingDispatcher, add_user
 from tests.backend.live_server import serve
@@ -28,12 +29,13 @@ def server(
     app_factory: Callable[..., FastAPI],
     session_factory: sessionmaker[Session],
     monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[str]:
+) -> Iterator[RecordingDispatcher]:
     _, token = add_user(session_factory, "op", "operator")
-    with serve(app_factory(RecordingDispatcher())) as url:
+    dispatcher = RecordingDispatcher()
+    with serve(app_factory(dispatcher)) as url:
         monkeypatch.setenv("COLLAPIPE_SERVER", url)
         monkeypatch.setenv("COLLAPIPE_TOKEN", token)
-        yield url
+        yield dispatcher
 
 
 def _config_file(tmp_path: Path, **sections: object) -> Path:
@@ -42,19 +44,14 @@ def _config_file(tmp_path: Path, **sections: object) -> Path:
     return path
 
 
-def test_submit_ls_watch_export(server: str, tmp_path: Path, session_factory: sessionmaker[Session]) -> None:
+def test_submit_ls_watch_export(server: RecordingDispatcher, tmp_path: Path) -> None:
     submitted = runner.invoke(remote_app, ["submit", str(_config_file(tmp_path)), "--json"])
     assert submitted.exit_code == 0, submitted.output
     run_id = json.loads(submitted.stdout)["run_id"]
     listed = runner.invoke(remote_app, ["ls", "--json"])
     assert [r["id"] for r in json.loads(listed.stdout)] == [run_id]
 
-    def work() -> None:
-        execute_run(
-            run_id, session_factory, DbEventChannel(session_factory), claimant="t", artifact_dir=tmp_path
-        )
-
-    worker = threading.Thread(target=work)
+    worker = threading.Timer(0.5, server.release)  # the run starts while watch is following it
     worker.start()
     watched = runner.invoke(remote_app, ["watch", str(run_id)])
     worker.join()
@@ -66,12 +63,12 @@ def test_submit_ls_watch_export(server: str, tmp_path: Path, session_factory: se
     assert pq.read_table(out).num_rows == 5
 
 
-def test_a_bad_config_fails_locally_with_the_field(server: str, tmp_path: Path) -> None:
+def test_a_bad_config_fails_locally_with_the_field(server: RecordingDispatcher, tmp_path: Path) -> None:
     result = runner.invoke(remote_app, ["submit", str(_config_file(tmp_path, seed=-1))])
     assert result.exit_code == 2 and "seed" in result.output
 
 
-def test_a_bad_token_is_reported(server: str, tmp_path: Path) -> None:
+def test_a_bad_token_is_reported(server: RecordingDispatcher, tmp_path: Path) -> None:
     result = runner.invoke(remote_app, ["ls", "--token", "cp_wrong"])
     assert result.exit_code == 2 and "401" in result.output and "unknown or revoked" in result.output
 

@@ -1,34 +1,33 @@
-"""Metric reads of a finished run: series, downsampling, decisions, timeline, export, compare."""
+"""Metric reads of a finished run: series, downsampling, decisions, timeline, export, compare.
+
+The runs really execute on the deployment's executor (a spawned process, or the Celery worker).
+"""
 
 from __future__ import annotations
 
 import csv
 import io
-from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from backend.live.channel import MemoryChannel
-from backend.runs.execution import execute_run
 from tests.backend.builders import tiny_config
 from tests.backend.conftest import Api
 
 
-def _finished_run(api: Api, tmp_path: Path, **sections: Any) -> int:
+def _finished_run(api: Api, **sections: Any) -> int:
     created = api.client.post(
         "/api/runs", json={"config": tiny_config(**sections)}, headers=api.as_("operator")
     )
     run_id: int = created.json()["id"]
-    outcome = execute_run(run_id, api.session_factory, MemoryChannel(), claimant="t", artifact_dir=tmp_path)
-    assert outcome == "succeeded"
+    assert api.run_to_end(run_id) == "succeeded"
     return run_id
 
 
 @pytest.fixture
-def run_id(api: Api, tmp_path: Path) -> int:
-    return _finished_run(api, tmp_path, training={"rounds": 12})
+def run_id(api: Api) -> int:
+    return _finished_run(api, training={"rounds": 12})
 
 
 def test_round_series_columns_and_record_fields(api: Api, run_id: int) -> None:
@@ -111,10 +110,8 @@ def test_export_csv_and_parquet(api: Api, run_id: int) -> None:
     assert table.num_rows == 12 * 6 and "energy_j" in table.column_names
 
 
-def test_compare_against_a_baseline(api: Api, run_id: int, tmp_path: Path) -> None:
-    other = _finished_run(
-        api, tmp_path, training={"rounds": 12}, scheduler={"policy": "fixed", "segments": [1, 1, 2]}
-    )
+def test_compare_against_a_baseline(api: Api, run_id: int) -> None:
+    other = _finished_run(api, training={"rounds": 12}, scheduler={"policy": "fixed", "segments": [1, 1, 2]})
     body = api.client.get(
         "/api/compare", params={"run_ids": f"{run_id},{other}", "baseline": run_id}, headers=api.as_("viewer")
     ).json()

@@ -1,6 +1,9 @@
-"""The embedded default end to end: API → runs table → spawned run process → DB rows → SSE.
+"""Each deployment end to end: API → executor → DB rows → live channel → SSE.
 
-A real uvicorn server with the LocalDispatcher; each run executes in its own spawned process.
+A real uvicorn server with the deployment's own executor: embedded, the LocalDispatcher (one spawned
+process per run, events tailed from the run_events table); production, the Celery dispatcher, the
+session's Celery worker and Redis Streams. Tests of the local runner's own mechanics (a killed child
+process, lease recovery on start, requeue on shutdown) are embedded only.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def test_a_run_executes_in_a_child_process_and_streams_every_round(embedded: Emb
     statuses = [data["status"] for _, kind, data in events if kind == "status"]
     assert statuses == ["queued", "running", "succeeded"]
     assert _rounds(events) == [0, 1, 2, 3, 4, 5]
-    ids = [int(event_id) for event_id, _, _ in events]
+    ids = [tuple(int(part) for part in event_id.split("-")) for event_id, _, _ in events]  # n or ms-seq
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     run = embedded.wait_finished(run_id)
     assert (run["status"], run["rounds_done"], run["attempt"]) == ("succeeded", 6, 1)
@@ -117,6 +120,7 @@ def test_cancel_stops_a_running_run_between_rounds(embedded: Embedded) -> None:
     )
 
 
+@pytest.mark.deployments("embedded")
 def test_a_killed_run_process_fails_and_resumes_with_every_round_once(embedded: Embedded) -> None:
     config = tiny_config(training={"rounds": 40}, scheduler={"policy": SLOW})
     run_id, reference = embedded.launch(config), embedded.launch(config)  # the reference runs alongside
@@ -148,6 +152,7 @@ def test_a_fork_reproduces_the_parent_up_to_its_round(embedded: Embedded) -> Non
     assert [r["policy"] for r in fork_records[3:]] == ["fixed"] * 3
 
 
+@pytest.mark.deployments("embedded")
 def test_recover_requeues_runs_whose_lease_expired(
     session_factory: sessionmaker[Session], app_factory: Callable[..., FastAPI]
 ) -> None:
@@ -164,6 +169,7 @@ def test_recover_requeues_runs_whose_lease_expired(
         assert live not in leases.queued_run_ids(session, 10)
 
 
+@pytest.mark.deployments("embedded")
 def test_stopping_the_server_requeues_its_running_runs(
     app_factory: Callable[..., FastAPI], session_factory: sessionmaker[Session]
 ) -> None:
