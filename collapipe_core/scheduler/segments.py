@@ -31,6 +31,7 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.problem import IntArray, quiet, take_last
@@ -233,8 +234,8 @@ def _dp(
     gg = np.where(np.isfinite(gb), gb, 0.0)
     j = np.arange(L + 1)
     d = np.arange(1, max(int(caps.max()), 1) + 1)  # no device takes more than the largest cap
-    src = j[:, None] - d[None, :] + L  # (L+1, D) index of j − d in dp padded with L infeasible entries
-    pad = np.full((rows, pairs, L), _INF)
+    pad = np.full((rows, pairs, L), _INF)  # dp padded with L infeasible entries: index j − d + L
+    first_window = L - d.size  # windows of D entries of the padded dp, one per j (reversed: d = 1 first)
     r_idx, p_idx = np.arange(rows)[:, None], np.arange(pairs)[None, :]
     dp = np.full((rows, pairs, L + 1), _INF)  # schedule started; "not started" is only j = 0
     choice = np.zeros((k, rows, pairs, L + 1), dtype=np.int64)
@@ -255,7 +256,9 @@ def _dp(
             sc.gather_floor[:, None],
         )
         start_cost = _maxima(*cols, xx, t, gg)  # (R, C)
-        cont = np.concatenate([pad, dp], axis=2)[:, :, src] + cost_d  # (R, C, L+1, D); ∞ where j < d
+        windows = sliding_window_view(np.concatenate([pad, dp], axis=2), d.size, axis=2)
+        # (R, C, L+1, D): dp[j − d] + cost of d TEBs, ∞ where j < d
+        cont = windows[:, :, first_window : first_window + L + 1, ::-1] + cost_d
         best_d = np.argmin(cont, axis=3)
         best_c = take_last(cont, best_d[..., None])[..., 0]
         first = np.concatenate([np.full((rows, 1), _INF), sc.cost[np.arange(rows), dev]], axis=1)  # j TEBs
