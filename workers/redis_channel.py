@@ -4,6 +4,8 @@
   fields ``run_id``, ``kind`` and ``data`` (the JSON payload), and for ``status`` events the same
   entry, under the same id, on ``runs:status`` — one Lua script, so the streams never disagree.
   Each publish also pushes the run stream's expiry ``stream_ttl_s`` past its latest event.
+- ``publish_round`` (``RoundLog``): a round event, refused when the run's round mark
+  ``run:{id}:last_round`` is already at or past that round (checked and moved in the same script).
 - ``read`` / ``head`` (async; the SSE endpoints): ``XREAD BLOCK`` after a stream id, ``XREVRANGE``.
   Stream ids (``<ms>-<seq>``) are the SSE ``id:`` lines, so ``Last-Event-ID`` resumes exactly.
 
@@ -30,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from backend.live.channel import STATUS, LiveEvent
+from backend.live.channel import ROUND, STATUS, LiveEvent
 from backend.settings import Settings
 from workers.settings import worker_settings_from
 
@@ -40,8 +42,18 @@ EVENT_CLOCK = "live:last_event_id"
 # One id sequence for every stream: the server's clock in ms, made strictly increasing by the last id
 # handed out. A status event goes on its run's stream and on the status stream under the SAME id (the
 # LiveChannel contract), which per-stream automatic ids could not give. Atomic: one script.
-# KEYS: run stream, status stream, clock. ARGV: maxlen, ttl_s, run_id, kind, data, is_status.
+# A round event (ARGV[7] = its round index, else '') is refused — nil returned, nothing written — when
+# the run's round mark (KEYS[4]: the highest round the stream carries) is at or above it; otherwise the
+# mark moves to it in the same script. So a round is on the stream at most once, whoever publishes it.
+# KEYS: run stream, status stream, clock, round mark. ARGV: maxlen, ttl_s, run_id, kind, data, is_status,
+# round index or ''.
 _PUBLISH = """
+if ARGV[7] ~= '' then
+  local mark = redis.call('GET', KEYS[4])
+  if mark and tonumber(mark) >= tonumber(ARGV[7]) then
+    return false
+  end
+end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local seq = 0
@@ -57,6 +69,11 @@ end
 local id = string.format('%.0f-%.0f', ms, seq)
 redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], id, 'run_id', ARGV[3], 'kind', ARGV[4], 'data', ARGV[5])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
+if ARGV[7] ~= '' then
+  redis.call('SET', KEYS[4], ARGV[7], 'EX', ARGV[2])
+else
+  redis.call('EXPIRE', KEYS[4], ARGV[2])
+end
 if ARGV[6] == '1' then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], id, 'run_id', ARGV[3], 'kind', ARGV[4], 'data', ARGV[5])
 end
@@ -70,6 +87,11 @@ _STREAM_ID = re.compile(r"\d+(-\d+)?")
 def run_stream(run_id: int, prefix: str = "") -> str:
     """The Redis key of run ``run_id``'s event stream."""
     return f"{prefix}run:{run_id}:events"
+
+
+def round_mark(run_id: int, prefix: str = "") -> str:
+    """The Redis key holding the highest round index run ``run_id``'s stream carries."""
+    return f"{prefix}run:{run_id}:last_round"
 
 
 def parse_stream_id(after: str | None) -> str:
@@ -127,12 +149,36 @@ class RedisStreamChannel:
 
     def publish(self, run_id: int, kind: str, data: Mapping[str, Any]) -> str:
         """Append one event to the run's stream (a status event to the status stream too); its id."""
+        entry_id = self._append(run_id, kind, data, None)
+        assert entry_id is not None  # only round events are ever refused
+        return entry_id
+
+    def publish_round(self, run_id: int, round_index: int, data: Mapping[str, Any]) -> str | None:
+        """Append round ``round_index``'s event unless the stream already carries it or a later round
+        (then None): one atomic script, so duplicates from a retry or a second publisher are refused."""
+        if round_index < 0:
+            raise ValueError(f"round_index={round_index}: rounds are numbered from 0")
+        return self._append(run_id, ROUND, data, round_index)
+
+    def last_published_round(self, run_id: int) -> int:
+        """The highest round index on run ``run_id``'s stream (-1: none, or its mark expired)."""
+        mark = self._client().get(round_mark(run_id, self.prefix))
+        return -1 if mark is None else int(str(mark))
+
+    def _append(self, run_id: int, kind: str, data: Mapping[str, Any], round_index: int | None) -> str | None:
         if self._publish_script is None:
             self._publish_script = self._client().register_script(_PUBLISH)
-        keys = [run_stream(run_id, self.prefix), self.prefix + STATUS_STREAM, self.prefix + EVENT_CLOCK]
+        keys = [
+            run_stream(run_id, self.prefix),
+            self.prefix + STATUS_STREAM,
+            self.prefix + EVENT_CLOCK,
+            round_mark(run_id, self.prefix),
+        ]
         body = json.dumps(dict(data), separators=(",", ":"))
         args: list[str | int] = [self.maxlen, int(self.ttl_s), run_id, kind, body, int(kind == STATUS)]
-        return str(self._publish_script(keys=keys, args=args))
+        args.append("" if round_index is None else round_index)
+        entry_id = self._publish_script(keys=keys, args=args)
+        return None if entry_id is None else str(entry_id)
 
     # -- reading (async) ------------------------------------------------------------------------
 

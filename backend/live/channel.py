@@ -23,6 +23,12 @@ Event kinds and payloads (``data`` is plain JSON):
 
 Implementations: ``DbEventChannel`` (run_events table; embedded default, works across processes),
 ``MemoryChannel`` (one process; tests), and the workers' Redis Stream channel.
+
+Durable round events (``RoundLog``, Redis Streams and ``MemoryChannel``): a round is committed to the
+database first and published second, so a crash in between would leave a stream client without that
+round. A ``RoundLog`` channel remembers the highest round each run's stream carries and refuses
+(atomically) a round at or below it; the SQL sink publishes every committed round above it when a
+run (re)starts and after a failed publish, so a stream client gets every round exactly once, in order.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 ROUND = "round"
 STATUS = "status"
@@ -56,6 +62,19 @@ class LiveChannel(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class RoundLog(Protocol):
+    """A channel whose round events are exactly-once per (run, round): see the module docstring."""
+
+    def publish_round(self, run_id: int, round_index: int, data: Mapping[str, Any]) -> str | None:
+        """Append the round event unless the stream already has this round or a later one (None then)."""
+        ...
+
+    def last_published_round(self, run_id: int) -> int:
+        """The highest round index the run's stream carries, -1 when none."""
+        ...
+
+
 def status_payload(
     run_id: int, status: str, rounds_done: int, total_rounds: int, error: str | None
 ) -> dict[str, Any]:
@@ -74,6 +93,7 @@ class MemoryChannel:
 
     poll_interval_s: float = 0.01
     _events: list[LiveEvent] = field(default_factory=list)
+    _last_round: dict[int, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def publish(self, run_id: int, kind: str, data: Mapping[str, Any]) -> str:
@@ -81,6 +101,19 @@ class MemoryChannel:
             event = LiveEvent(str(len(self._events) + 1), run_id, kind, dict(data))
             self._events.append(event)
             return event.id
+
+    def publish_round(self, run_id: int, round_index: int, data: Mapping[str, Any]) -> str | None:
+        with self._lock:
+            if round_index <= self._last_round.get(run_id, -1):
+                return None
+            self._last_round[run_id] = round_index
+            event = LiveEvent(str(len(self._events) + 1), run_id, ROUND, dict(data))
+            self._events.append(event)
+            return event.id
+
+    def last_published_round(self, run_id: int) -> int:
+        with self._lock:
+            return self._last_round.get(run_id, -1)
 
     def _after(self, run_id: int | None, after: str | None) -> list[LiveEvent]:
         if after is not None and not after.isdigit():

@@ -105,3 +105,65 @@ def mean_latency(session: Session, run_id: int) -> float | None:
 def rounds_stored_since(session: Session, since: datetime) -> int:
     query = select(func.count()).select_from(RoundMetric).where(RoundMetric.created_at >= since)
     return int(session.scalar(query) or 0)
+
+
+def round_results_after(
+    session: Session, run_id: int, after_round: int, limit: int
+) -> list[tuple[int, dict[str, Any]]]:
+    """Up to ``limit`` stored rounds after ``after_round``, in order, each as (round, the round's
+    ``RoundResult.to_json()`` rebuilt from the stored record and device rows) — what was published."""
+    query = (
+        select(RoundMetric.round, RoundMetric.record)
+        .where(RoundMetric.run_id == run_id, RoundMetric.round > after_round)
+        .order_by(RoundMetric.round)
+        .limit(limit)
+    )
+    records = list(session.connection().execute(query).all())
+    if not records:
+        return []
+    devices: dict[int, list[dict[str, Any]]] = {}
+    rows = session.scalars(
+        select(DeviceMetric)
+        .where(
+            DeviceMetric.run_id == run_id,
+            DeviceMetric.round >= records[0][0],
+            DeviceMetric.round <= records[-1][0],
+        )
+        .order_by(DeviceMetric.round, DeviceMetric.cluster, DeviceMetric.device)
+    )
+    for row in rows:
+        devices.setdefault(row.round, []).append(_device_json(row))
+    results = []
+    for round_index, record in records:
+        measured = record.get("measured") or {}
+        round_devices = [
+            {**d, "measured": dict(measured.get(d["device_id"], {}))} for d in devices.get(round_index, [])
+        ]
+        results.append((int(round_index), {"round": record, "devices": round_devices}))
+    return results
+
+
+def _device_json(row: DeviceMetric) -> dict[str, Any]:
+    """A device row as ``DeviceRecord.to_json()`` (field order and names of the core's record)."""
+    return {
+        "round": row.round,
+        "cluster": row.cluster,
+        "device": row.device,
+        "device_id": row.device_id,
+        "profile": row.profile,
+        "num_blocks": row.num_blocks,
+        "block_start": row.block_start,
+        "block_end": row.block_end,
+        "bandwidth_share": row.bandwidth_share,
+        "power_w": row.power_w,
+        "rate_bps": row.rate_bps,
+        "compute_s": row.compute_s,
+        "comm_s": row.comm_s,
+        "idle_s": row.idle_s,
+        "energy_j": row.energy_j,
+        "queue": row.queue,
+        "memory_bytes": row.memory_bytes,
+        "memory_capacity_bytes": row.memory_capacity_bytes,
+        "energy_budget_j": row.energy_budget_j,
+        "available": row.available,
+    }

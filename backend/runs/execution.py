@@ -7,8 +7,10 @@ processes and by the Celery task. Idempotent and safe against concurrent duplica
    from the DB) is discarded and the run replays from round 0 — deterministic, and insert-or-ignore
    absorbs rounds already stored. A checkpoint behind re-runs rounds the DB ignores.
 3. Run the core Runner segment by segment (forks, see segments.py) with ``SqlRoundSink``: each round
-   is one fenced transaction, then a live event. A heartbeat thread renews the lease every lease/3 so
-   a long round keeps it. ``should_stop`` checks ``cancel_requested`` between rounds.
+   is one fenced transaction, then a live event. Rounds an earlier attempt stored without publishing
+   are published first (``SqlRoundSink.catch_up``), and again before the final status. A heartbeat
+   thread renews the lease every lease/3 so a long round keeps it. ``should_stop`` checks
+   ``cancel_requested`` between rounds.
 4. Finish (fenced): succeeded, cancelled, or failed with the error text; publish the status.
    ``LeaseLost`` (taken over) returns ``"lease_lost"`` without touching the row.
 """
@@ -67,6 +69,7 @@ def execute_run(
     status: Outcome
     error: str | None = None
     sink = SqlRoundSink(session_factory, run_id, claimant, channel, lease_s)
+    _catch_up(sink)  # rounds an earlier attempt stored but did not publish (it crashed in between)
     try:
         if claimed.cancel_requested:
             status = "cancelled"
@@ -91,6 +94,7 @@ def execute_run(
         rounds_done = leases.rounds_done(session, run_id)
     if not owned:
         return "lease_lost"
+    _catch_up(sink)  # every stored round is on the stream before the final status
     _publish_status(channel, run_id, status, rounds_done, claimed.total_rounds, error)
     return status
 
@@ -123,6 +127,15 @@ def _reconcile_checkpoint(directory: Path, rounds_in_db: int) -> None:
             rounds_in_db,
         )
         shutil.rmtree(directory)
+
+
+def _catch_up(sink: SqlRoundSink) -> None:
+    """Publish stored rounds missing from the live stream; a failure is logged and retried later."""
+    try:
+        sink.catch_up()
+    except Exception:
+        sink.mark_behind()
+        log.exception("run %s: could not publish stored rounds to the live stream", sink.run_id)
 
 
 def _publish_status(

@@ -182,3 +182,17 @@ def test_a_prefix_keeps_deployments_apart(redis_url: str, redis_prefix: str) -> 
     finally:
         ours.close()
         theirs.close()
+
+
+def test_a_round_is_on_the_stream_at_most_once(channel: RedisStreamChannel) -> None:
+    assert channel.last_published_round(7) == -1
+    first = channel.publish_round(7, 0, {"round": {"round": 0}})
+    assert first is not None
+    assert channel.publish_round(7, 0, {"round": {"round": 0}}) is None  # a retry: refused
+    channel.publish(7, STATUS, status_payload(7, "running", 1, 3, None))  # other kinds are not counted
+    assert channel.publish_round(7, 2, {"round": {"round": 2}}) is not None
+    assert channel.publish_round(7, 1, {"round": {"round": 1}}) is None  # behind the mark: refused
+    assert channel.last_published_round(7) == 2 and channel.last_published_round(8) == -1
+    assert [e.kind for e in _read(channel, 7, None)] == [ROUND, STATUS, ROUND]
+    with pytest.raises(ValueError, match="round_index=-1"):
+        channel.publish_round(7, -1, {})
