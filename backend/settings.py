@@ -37,7 +37,11 @@ class Settings(BaseSettings):
     session_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0, description="browser session lifetime")
     lease_s: float = Field(default=60.0, gt=0, description="a run's lease; renewed every round and lease/3")
     dispatch_interval_s: float = Field(default=0.2, gt=0, description="local dispatcher tick")
-    sse_poll_interval_s: float = Field(default=0.1, gt=0, description="DB-tailing live stream poll period")
+    sse_poll_interval_s: float = Field(
+        default=0.02,
+        gt=0,
+        description="embedded live stream: period of the one newest-event-id poll while readers wait",
+    )
     sse_heartbeat_s: float = Field(default=15.0, gt=0, description="SSE keep-alive comment period")
     dispatcher_factory: str = Field(
         default="workers.executor:make_dispatcher",
