@@ -1,6 +1,13 @@
-"""Browser tests of the dashboard: a real ``collapipe serve`` (SQLite, local executor) and Debian's
-Chromium driven by Playwright (no browser download). Every test's page refuses to talk to anything
-but the server: a request to another host fails the test. Screenshots go to test-artifacts/e2e/.
+"""Browser tests of the dashboard: the real service in both deployments (``embedded``: ``collapipe
+serve`` on SQLite with the local executor; ``production``: PostgreSQL, Redis and a Celery worker, see
+server.py) and Debian's Chromium driven by Playwright (no browser download).
+
+Every test that uses ``server`` runs once per deployment (ids ``[embedded]``/``[production]``; the
+production ones are marked postgres, redis and celery), or on those a
+``@pytest.mark.deployments(...)`` marker names. One server runs at a time: pytest finishes every
+test of one deployment before starting the other's server. Every test's page refuses to talk to
+anything but the server: a request to another host fails the test. Screenshots go to
+test-artifacts/e2e/<deployment>/.
 """
 
 from __future__ import annotations
@@ -15,21 +22,60 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from tests.e2e.configs import tiny
-from tests.e2e.server import PASSWORDS, USERNAMES, Server, running_server
+from tests.e2e.server import DEPLOYMENTS, PASSWORDS, USERNAMES, Server, running_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
 ]  # fmt: skip
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "e2e"
+ARTIFACT_ROOT = Path(__file__).resolve().parents[2] / "test-artifacts" / "e2e"
+
+
+class DeploymentArtifacts:
+    """test-artifacts/e2e/<deployment of the running server>/: ``ARTIFACTS / "name.png"`` is a Path."""
+
+    deployment = "embedded"  # set by the server fixture (one server runs at a time)
+
+    @property
+    def path(self) -> Path:
+        return ARTIFACT_ROOT / self.deployment
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
+        self.path.mkdir(parents=parents, exist_ok=exist_ok)
+
+
+ARTIFACTS = DeploymentArtifacts()
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 LOCAL_SCHEMES = {"data", "blob", "about"}
 
 
+PRODUCTION_MARKS = (pytest.mark.postgres, pytest.mark.redis, pytest.mark.celery)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise ``server`` over both deployments, or those a ``deployments`` marker names."""
+    if "server" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("deployments")
+    names = marker.args if marker is not None else DEPLOYMENTS
+    unknown = sorted(set(names) - set(DEPLOYMENTS))
+    if unknown:
+        raise ValueError(f"@pytest.mark.deployments{names!r}: unknown {unknown}; choose from {DEPLOYMENTS}")
+    params = [pytest.param(n, marks=PRODUCTION_MARKS if n == "production" else ()) for n in names]
+    metafunc.parametrize("server", params, indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(tmp_path_factory.mktemp("e2e-server")) as running:
+def server(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The service of one deployment, shared by that deployment's tests; screenshots go to its folder."""
+    deployment: str = request.param
+    root = tmp_path_factory.mktemp(f"e2e-{deployment}")
+    with running_server(root, deployment) as running:
+        DeploymentArtifacts.deployment = deployment
         yield running
 
 
@@ -63,7 +109,7 @@ def browser() -> Iterator[Browser]:
 
 
 def screenshot(page: Page, name: str) -> Path:
-    """Save a full-page screenshot under test-artifacts/e2e/ and return its path."""
+    """Save a full-page screenshot under test-artifacts/e2e/<deployment>/ and return its path."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
@@ -109,7 +155,7 @@ def login(browser: Browser, server: Server, request: pytest.FixtureRequest) -> I
         return page
 
     yield open_as
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.originalname)  # the folder names the deployment
     for i, (context, guard, pages) in enumerate(contexts):
         for page in pages:
             if not page.is_closed():

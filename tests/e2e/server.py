@@ -1,7 +1,13 @@
-"""The real embedded service for the browser tests: ``collapipe serve`` in a subprocess.
+"""The real service for the browser tests, in either deployment, started as an operator would.
 
-SQLite in a temporary file, the local executor (one spawned process per run), a bootstrap admin
-token for set-up through the API, and users of every role with known passwords.
+- ``embedded``: ``collapipe serve`` in a subprocess on a SQLite file, the local executor (one
+  spawned process per run), live updates tailed from the database.
+- ``production``: ``collapipe serve --executor celery`` on a fresh migrated PostgreSQL database,
+  Redis as broker and live channel (Redis Streams, under a key prefix of this session), and a real
+  Celery worker process (``-c 2``, as many runs at once as the embedded default).
+
+Both get a bootstrap admin token for set-up through the API, and users of every role with known
+passwords.
 """
 
 from __future__ import annotations
@@ -21,7 +27,12 @@ from typing import Any
 
 import httpx
 
+from tests.integration.processes import ProcessGroup
+from tests.workers.services import fresh_postgres_database, redis_namespace
+
 REPO = Path(__file__).resolve().parents[2]
+DEPLOYMENTS = ("embedded", "production")
+REDIS_DB = 11  # the API suite uses 12 and the integration tests 13; key prefixes keep sessions apart
 PASSWORDS = {"viewer": "viewer-password-1", "operator": "operator-password-1", "admin": "admin-password-1"}
 USERNAMES = {"viewer": "vera", "operator": "otto", "admin": "ada"}
 
@@ -40,12 +51,16 @@ class Server:
     process: subprocess.Popen[bytes]
     log_path: Path
     database_url: str
+    deployment: str = "embedded"
+    workers: ProcessGroup | None = None  # production: the Celery worker
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        """The server's log, and for production the worker's after it."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return text + ("\n" + self.workers.logs() if self.workers is not None else "")
 
     def wait_for_run(self, run_id: int, statuses: tuple[str, ...], timeout_s: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -70,24 +85,57 @@ class Server:
 
 
 @contextlib.contextmanager
-def running_server(root: Path, extra_env: dict[str, str] | None = None) -> Iterator[Server]:
-    """Start ``collapipe serve`` on a free loopback port; stop its process group afterwards."""
+def running_server(
+    root: Path, deployment: str = "embedded", extra_env: dict[str, str] | None = None
+) -> Iterator[Server]:
+    """Start the service of ``deployment`` on a free loopback port; stop every process afterwards."""
+    if deployment == "embedded":
+        with _serve(root, f"sqlite:///{root / 'e2e.db'}", "local", extra_env or {}) as server:
+            yield server
+        return
+    if deployment != "production":
+        raise ValueError(f"deployment {deployment!r}: choose one of {DEPLOYMENTS}")
+    with (
+        fresh_postgres_database("collapipe_e2e") as database_url,
+        redis_namespace(REDIS_DB, "e2e") as (redis_url, prefix),
+    ):
+        env = {
+            "COLLAPIPE_DATABASE_URL": database_url,
+            "COLLAPIPE_EXECUTOR": "celery",
+            "COLLAPIPE_REDIS_URL": redis_url,
+            "COLLAPIPE_REDIS_KEY_PREFIX": prefix,
+            "COLLAPIPE_ARTIFACT_DIR": str(root / "runs"),
+            "COLLAPIPE_THREADS_PER_RUN": "1",
+            "OMP_NUM_THREADS": "1",
+            **(extra_env or {}),
+        }
+        workers = ProcessGroup(env, root / "worker-logs")
+        try:
+            workers.start_worker(concurrency=2)
+            with _serve(root, database_url, "celery", env) as server:
+                server.deployment, server.workers = "production", workers
+                yield server
+        finally:
+            workers.close()
+
+
+@contextlib.contextmanager
+def _serve(root: Path, database_url: str, executor: str, extra_env: dict[str, str]) -> Iterator[Server]:
+    """``collapipe serve`` with ``executor`` on ``database_url``; its process group stopped after."""
     port = free_port()
     token = secrets.token_urlsafe(24)
     env = {
         **os.environ,
         "COLLAPIPE_BOOTSTRAP_TOKEN": token,
-        "COLLAPIPE_EXECUTOR": "local",
         "COLLAPIPE_THREADS_PER_RUN": "1",
         "COLLAPIPE_MAX_PARALLEL_RUNS": "2",
         "COLLAPIPE_SSE_HEARTBEAT_S": "2",
         "OMP_NUM_THREADS": "1",
-        **(extra_env or {}),
+        **extra_env,
     }
-    database_url = f"sqlite:///{root / 'e2e.db'}"
     argv = [
         str(Path(sys.executable).parent / "collapipe"), "serve", "--port", str(port),
-        "--database-url", database_url, "--artifact-dir", str(root / "runs"),
+        "--database-url", database_url, "--executor", executor, "--artifact-dir", str(root / "runs"),
     ]  # fmt: skip
     log_path = root / "server.log"
     with log_path.open("wb") as log:
