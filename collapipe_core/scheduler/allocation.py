@@ -117,8 +117,11 @@ def allocate_links(
     c, d = _rate_model(pr, beta, x, on)
     beta, bracket = bandwidth_step(pr, terms, delta, c, d)
     x = np.minimum(x, snr_limit(pr, beta))
+    # with no energy weight anywhere the power step is p_max at every price: the lowest price stands
+    # for all of them (the same pick, centre and spread as PRICES identical trials)
+    prices = PRICES if np.any(weight > 0) else 1
     for _ in range(rounds):
-        mu = _price_levels(bracket, center, spread)  # (..., N, P)
+        mu = _price_levels(bracket, center, spread, prices)  # (..., N, P)
         with np.errstate(divide="ignore", invalid="ignore"):
             rate = beta * pr.bandwidth_hz * np.log2(1.0 + x)
             marginal = np.where(on, rate**2 / np.where(on, d, 1.0), 0.0)  # 1/(d·u²)
@@ -152,7 +155,9 @@ def allocate_links(
 PRICES = 3
 
 
-def _price_levels(bracket: FloatArray, center: FloatArray, spread: FloatArray) -> FloatArray:
+def _price_levels(
+    bracket: FloatArray, center: FloatArray, spread: FloatArray, prices: int = PRICES
+) -> FloatArray:
     """PRICES prices in [μ_lo, μ_hi]: spread over it at first, then zooming (log scale) on the last pick."""
     lo, hi = bracket[..., 0], bracket[..., 1]
     lo_safe = np.maximum(lo, 1e-300)
@@ -160,7 +165,7 @@ def _price_levels(bracket: FloatArray, center: FloatArray, spread: FloatArray) -
     mid = np.where(
         center > 0, np.log(np.clip(center, lo_safe, np.maximum(hi, lo_safe))), np.log(lo_safe) + 0.5 * width
     )
-    frac = np.linspace(-0.5, 0.5, PRICES)
+    frac = np.linspace(-0.5, 0.5, PRICES)[:prices]
     levels = np.exp(
         np.clip(
             mid[..., None] + width[..., None] * frac,
