@@ -9,6 +9,9 @@ Every function works on a batch of starts: δ (S, N, K), M (S, N), β and p (S, 
 - Links: :func:`~collapipe_core.scheduler.coupling.coupled_links` for each proposal.
 - Acceptance: each cluster takes the proposal that lowers the whole objective most with the other
   clusters unchanged; all such clusters change together unless that is worse than the best single change.
+  The single changes are scored from per-cluster figures (O(S·C·N·K), not a full evaluation each).
+
+Links go through the round's :class:`~collapipe_core.scheduler.linkmemo.LinkMemo` when one is given.
 """
 
 from __future__ import annotations

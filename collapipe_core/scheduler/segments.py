@@ -23,6 +23,11 @@ part; the maxima are handled exactly:
   examined (exact within that window).
 
 Memory caps (they depend on M) bound every δ_k; unavailable devices have cap 0.
+
+Cost of the DP: O(rows × pairs × K × L × D) with D the largest cap. After the first chunk of pairs
+only the rows with a pair left above their bound are solved, and the transition min_d dp[j − d] + c(d)
+reads the table through a strided window (no gather of an (L + 1) × D index), so large rounds with
+many TEBs stay within the decision-time goals (docs/scheduler.md).
 """
 
 from __future__ import annotations
