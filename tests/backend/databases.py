@@ -1,9 +1,13 @@
 """Test databases: a fresh SQLite file, or a fresh schema in a throwaway PostgreSQL database.
 
+``sqlite_url`` is the embedded deployment's per-test database. The production deployment's
+database is migrated once per session (tests/backend/deployments.py); ``postgres_database`` and
+``postgres_schema`` serve tests that need an empty database of their own (the migrations).
+
 The PostgreSQL server is COLLAPIPE_TEST_POSTGRES_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/test);
-one database ``collapipe_test_<random>`` is created per test session and dropped at its end, and each
-test gets its own schema in it (selected through the connection's search_path, so child processes
-that receive the URL see the same schema).
+``postgres_database`` creates ``collapipe_test_<random>`` and drops it at the end, and
+``postgres_schema`` gives a schema in it (selected through the connection's search_path, so child
+processes that receive the URL see the same schema).
 """
 
 from __future__ import annotations
