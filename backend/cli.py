@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,6 +28,9 @@ def serve(
     database_url: Annotated[str | None, typer.Option(help="default sqlite:///./collapipe.db")] = None,
     executor: Annotated[str | None, typer.Option(help="local | celery")] = None,
     artifact_dir: Annotated[Path | None, typer.Option(help="checkpoint directory (default ./runs)")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="API processes (default 1; more only with --executor celery)")
+    ] = None,
 ) -> None:
     """Upgrade the database, create the first admin if there is none, and serve the API."""
     import uvicorn
@@ -40,15 +44,32 @@ def serve(
         "database_url": database_url,
         "executor": executor,
         "artifact_dir": artifact_dir,
+        "api_workers": workers,
     }
     try:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        check_workers(settings)
         report = prepare(settings)
     except ValueError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
         raise typer.Exit(code=2) from None
     for line in report:
         err_console.print(line, highlight=False)
+    if settings.api_workers > 1:
+        # each process builds its app from the environment: hand the command line's choices down
+        for name, value in overrides.items():
+            if value is not None:
+                os.environ[f"COLLAPIPE_{name.upper()}"] = str(value)
+        uvicorn.run(
+            "backend.app:create_app",
+            factory=True,
+            workers=settings.api_workers,
+            host=settings.host,
+            port=settings.port,
+            timeout_graceful_shutdown=5,
+            log_level="info",
+        )
+        return
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -56,6 +77,15 @@ def serve(
         timeout_graceful_shutdown=5,
         log_level="info",
     )
+
+
+def check_workers(settings: Settings) -> None:
+    """Several API processes need the Celery executor: the local one dispatches inside its process."""
+    if settings.api_workers > 1 and settings.executor != "celery":
+        raise ValueError(
+            f"workers={settings.api_workers} needs executor=celery (executor is {settings.executor!r}): "
+            "the local executor runs runs inside the one API process; use --workers 1, or Celery workers"
+        )
 
 
 @serve_app.command("reset-password")

@@ -26,6 +26,12 @@ class Settings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="address `collapipe serve` binds")
     port: int = Field(default=8000, ge=1, le=65535)
+    api_workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="`collapipe serve`: API processes; more than 1 only with executor=celery",
+    )
     bootstrap_token: SecretStr | None = Field(
         default=None, description="initial admin API token (stored hashed) for automation"
     )

@@ -7,14 +7,16 @@ default (SQLite + DB-tailing live channel), each served by uvicorn in a subproce
   receipt by an SSE client, over ``--events`` round events of a 20-device run (~12 KB each):
   ``time.monotonic_ns()`` is stamped into the event before ``publish`` and compared on receipt
   (CLOCK_MONOTONIC is system-wide on one host). Goals: p99 <= 25 ms through Redis, <= 150 ms embedded.
-- ``api_latency_ms``: run listing and a metric query (a 1,000-round series, downsampled) at
+- ``api_latency_ms_<N>_process(es)``: run listing and a metric query (a 1,000-round series, downsampled) at
   each of ``--rates`` requests/s in total for ``--seconds`` s, open loop (requests are sent on schedule
   whatever the earlier ones are doing, so a slow server's queueing shows in the latencies; a request
-  still unanswered after 10 s counts as a timeout). Goal: p99 <= 50 ms.
+  still unanswered after 10 s counts as a timeout). Goal: p99 <= 50 ms. The production stack is
+  loaded with each of ``--api-workers`` uvicorn processes (``collapipe serve --workers N``, which
+  needs the Celery executor); the embedded default always serves from one process.
 - ``ingest``: round records per second stored through the SQL sink (``SqlRoundSink``: one fenced
   transaction per round, then the live publish), 1,000 rounds x 20 devices.
 
-    .venv/bin/python bench/service.py [--events 520] [--rates 200,50] [--seconds 10]
+    .venv/bin/python bench/service.py [--events 520] [--rates 200,50] [--seconds 10] [--api-workers 1,2]
 
 Needs PostgreSQL and Redis on 127.0.0.1 (as the integration tests); uses keys under its own prefix
 in Redis db 14 and a throwaway database, both removed afterwards.
@@ -54,7 +56,7 @@ from collapipe_core.records import RoundResult  # noqa: E402
 from collapipe_core.runner import Runner  # noqa: E402
 from collapipe_core.sinks import MemorySink  # noqa: E402
 from collapipe_core.validation import parse_config  # noqa: E402
-from tests.integration.processes import ProcessGroup, free_port  # noqa: E402
+from tests.integration.processes import BIN, ProcessGroup, Service, free_port, wait_until  # noqa: E402
 from tests.integration.sse import sse_events  # noqa: E402
 from tests.workers.services import fresh_postgres_database, redis_namespace  # noqa: E402
 from workers.redis_channel import RedisStreamChannel  # noqa: E402
@@ -232,6 +234,24 @@ def prepare_database(database_url: str) -> str:
     return token
 
 
+def start_api(processes: ProcessGroup, port: int, workers: int) -> Service:
+    """uvicorn as ``collapipe serve --workers N`` runs it (access log off, as in the tests)."""
+    if workers == 1:
+        return processes.start_api(port)
+    argv = [str(BIN / "uvicorn"), "backend.app:create_app", "--factory", "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "--log-level", "warning", "--timeout-graceful-shutdown", "3"]
+    service = processes._start("api", [*argv, "--workers", str(workers)])
+    wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), 30.0, service.log)
+    return service
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def measure_stack(
     name: str,
     env: dict[str, str],
@@ -240,42 +260,59 @@ def measure_stack(
     redis: tuple[str, str] | None,
     args: argparse.Namespace,
     log_dir: Path,
+    api_workers: list[int],
 ) -> dict[str, Any]:
+    """Ingest, then live latency (first API process count) and API load for each count in ``api_workers``."""
     token = prepare_database(database_url)
     config, results = round_results(INGEST_ROUNDS)
     ingest = bench_ingest(database_url, ingest_channel, results, config)
     add_runs(database_url, config, 200)
+    paths = {
+        "list_runs": "/api/runs?limit=50",
+        "round_metrics": f"/api/runs/{ingest['run_id']}/rounds?max_points=500&fields=latency_s"
+        "&fields=objective",
+    }
+    report: dict[str, Any] = {"ingest": ingest}
+    for workers in api_workers:
+        processes = ProcessGroup(env, log_dir / f"{name}-{workers}")
+        port = free_port()
+        try:
+            start_api(processes, port, workers)
+            api_url = f"http://127.0.0.1:{port}"
+            if "live_latency_ms" not in report:
+                report["live_latency_ms"] = _live(api_url, token, database_url, config, results, redis, args)
+            load = {}
+            for rate in args.rates:
+                load[f"{rate:g}_per_s"] = api_load(api_url, token, paths, rate, args.seconds)
+                time.sleep(2.0)  # let the server drain before the next rate
+            report[f"api_latency_ms_{workers}_process{'es' if workers > 1 else ''}"] = load
+        finally:
+            processes.close()
+    return report
 
-    processes = ProcessGroup(env, log_dir / name)
-    port = free_port()
-    try:
-        processes.start_api(port)
-        api_url = f"http://127.0.0.1:{port}"
-        live_run = add_running_run(database_url, config, args.events)
-        payload = results[0].to_json()
-        context = multiprocessing.get_context("spawn")
 
-        def start() -> multiprocessing.process.BaseProcess:
-            process = context.Process(
-                target=publisher,
-                args=(redis, database_url, live_run, payload, args.events, args.interval),
-            )
-            process.start()
-            return process
+def _live(
+    api_url: str,
+    token: str,
+    database_url: str,
+    config: dict[str, Any],
+    results: list[RoundResult],
+    redis: tuple[str, str] | None,
+    args: argparse.Namespace,
+) -> dict[str, float]:
+    live_run = add_running_run(database_url, config, args.events)
+    payload = results[0].to_json()
+    context = multiprocessing.get_context("spawn")
 
-        live = bench_live(api_url, token, live_run, start, args.events)
-        paths = {
-            "list_runs": "/api/runs?limit=50",
-            "round_metrics": f"/api/runs/{ingest['run_id']}/rounds?max_points=500&fields=latency_s"
-            "&fields=objective",
-        }
-        load = {}
-        for rate in args.rates:
-            load[f"{rate:g}_per_s"] = api_load(api_url, token, paths, rate, args.seconds)
-            time.sleep(2.0)  # let the server drain before the next rate
-    finally:
-        processes.close()
-    return {"ingest": ingest, "live_latency_ms": live, "api_latency_ms": load}
+    def start() -> multiprocessing.process.BaseProcess:
+        process = context.Process(
+            target=publisher,
+            args=(redis, database_url, live_run, payload, args.events, args.interval),
+        )
+        process.start()
+        return process
+
+    return bench_live(api_url, token, live_run, start, args.events)
 
 
 def main() -> None:
@@ -289,6 +326,13 @@ def main() -> None:
         help="API request rates to measure, requests/s (the goal is set at 200)",
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of the API load")
+    parser.add_argument(
+        "--api-workers",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1, 2],
+        help="API process counts to load (production stack; `collapipe serve --workers N`); "
+        "the embedded default always runs one",
+    )
     args = parser.parse_args()
     base_env = {"COLLAPIPE_THREADS_PER_RUN": "1", "COLLAPIPE_SSE_HEARTBEAT_S": "5"}
     report: dict[str, Any] = {}
@@ -310,7 +354,7 @@ def main() -> None:
                 "COLLAPIPE_ARTIFACT_DIR": str(root / "artifacts"),
             }
             report["production_postgres_redis"] = measure_stack(
-                "production", env, pg_url, redis_channel, (redis_url, prefix), args, root
+                "production", env, pg_url, redis_channel, (redis_url, prefix), args, root, args.api_workers
             )
             redis_channel.close()
         sqlite_url = f"sqlite:///{root / 'embedded.db'}"
@@ -321,7 +365,7 @@ def main() -> None:
             "COLLAPIPE_ARTIFACT_DIR": str(root / "artifacts"),
         }
         report["embedded_sqlite_db_tail"] = measure_stack(
-            "embedded", env, sqlite_url, _db_channel(sqlite_url), None, args, root
+            "embedded", env, sqlite_url, _db_channel(sqlite_url), None, args, root, [1]
         )
     report["sql_sink_no_publish_postgres"] = _ingest_without_publish()
     report["goals"] = {"live_p99_ms": {"redis": 25, "embedded": 150}, "api_p99_ms": 50}
