@@ -336,7 +336,7 @@ def ratios_to_dssda(figures: dict[str, dict[str, Any]]) -> dict[str, dict[str, f
 
 
 def decision_times(devices: tuple[int, ...], blocks: tuple[int, ...], repeats: int) -> list[dict[str, float]]:
-    rows = []
+    rows: list[dict[str, float]] = []
     policy = get_policy("dssda")
     for num_blocks in blocks:
         for num_devices in devices:
