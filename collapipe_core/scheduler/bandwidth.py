@@ -150,11 +150,18 @@ def _candidates(
     thr = np.concatenate([np.zeros((rows, 1)), distinct], axis=1)  # (R, J)
     link_side = (d[:, None, :] <= thr[:, :, None]) & on[:, None, :]
     gather_side = ~link_side & on[:, None, :]
-    ones = np.ones_like(link_side, dtype=np.float64)
-    slopes1 = np.stack([c1 * p_bits, 2.0 * c1 * p_bits], axis=1)  # (R, 2)
-    k1 = _kappa(z, ones, link_side, a, slopes1)  # (R, J, 2)
-    k2 = _kappa(z, 1.0 / d[:, None, :], gather_side, a, (c2 * b_bits)[:, None])
     j = thr.shape[1]
+    star = distinct  # (R, U)
+    m = np.minimum(1.0, star[:, :, None] / d[:, None, :])  # (R, K*, K)
+    tied_slopes = np.stack(
+        [
+            s1[:, None] + star * s2[:, None]
+            for s1 in (0.0 * c1, c1 * p_bits, 2.0 * c1 * p_bits)
+            for s2 in (0.0 * c2, c2 * b_bits)
+        ][1:],
+        axis=2,
+    )  # (R, K*, 5): σ1 + δ*·σ2 except both zero
+    k1, k2, kt = _kappa_groups(z, on, d, link_side, gather_side, m, c1 * p_bits, c2 * b_bits, a, tied_slopes)
     k1 = np.concatenate([np.full((rows, j, 1), _INF), k1], axis=2)  # σ1 ∈ {0, c1P, 2c1P}
     k2 = np.concatenate([np.full((rows, j, 1), _INF), k2], axis=2)  # σ2 ∈ {0, c2B}
     kink1 = np.stack([stage_f / p_bits, stage_b / p_bits], axis=1)[:, :, None]  # (R, 2, 1)
@@ -179,17 +186,6 @@ def _candidates(
     fixed.append(np.minimum(kink1, kink2 / dd))
     free.append(np.full(fixed[-1].shape, _INF))
     # (B) tied at δ* = each distinct δ
-    star = distinct  # (R, U)
-    m = np.minimum(1.0, star[:, :, None] / dd)  # (R, K*, K)
-    tied_slopes = np.stack(
-        [
-            s1[:, None] + star * s2[:, None]
-            for s1 in (0.0 * c1, c1 * p_bits, 2.0 * c1 * p_bits)
-            for s2 in (0.0 * c2, c2 * b_bits)
-        ][1:],
-        axis=2,
-    )  # (R, K*, 5): σ1 + δ*·σ2 except both zero
-    kt = _kappa_per_row(z, m, on[:, None, :], a, tied_slopes)  # (R, K*, 5)
     valid_star = np.ones((*kt.shape[:2], 1), dtype=bool)
     free.append((m[:, :, None, :] * kt[:, :, :, None]).reshape(rows, -1, k))
     fixed.append(np.full(free[-1].shape, _INF))
@@ -221,9 +217,38 @@ def _distinct(values: FloatArray) -> FloatArray:
     return np.where(np.isfinite(compact), compact, v[:, -1:])
 
 
-def _kappa(z: FloatArray, m: FloatArray, side: BoolArray, a: FloatArray, slopes: FloatArray) -> FloatArray:
-    """κ of a common target for each group (R, G, K) and slope (R, S): see :func:`_kappa_per_row`."""
-    return _kappa_per_row(z, m, side, a, slopes[:, None, :])
+def _kappa_groups(
+    z: FloatArray,
+    on: BoolArray,
+    d: FloatArray,
+    link_side: BoolArray,
+    gather_side: BoolArray,
+    m_tied: FloatArray,
+    link_slope: FloatArray,
+    gather_slope: FloatArray,
+    a: FloatArray,
+    tied_slopes: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """κ of the three target families in one :func:`_kappa_per_row` call (groups stacked, slopes padded).
+
+    Returns the link targets (R, J, 2) of slopes σ1 ∈ {c1·P, 2·c1·P} over ``link_side`` (m = 1), the gather
+    targets (R, J, 1) of slope c2·B over ``gather_side`` (m = 1/δ), the tied targets (R, U, 5) with
+    ``m_tied`` over every scheduled device. Each (row, group, slope) is computed on its own, so the values
+    are those of three separate calls; the padding slopes' κ are discarded."""
+    rows, j, k = link_side.shape
+    u = m_tied.shape[1]
+    m = np.concatenate(
+        [np.ones((rows, j, k)), np.broadcast_to(1.0 / d[:, None, :], (rows, j, k)), m_tied], axis=1
+    )
+    side = np.concatenate([link_side, gather_side, np.broadcast_to(on[:, None, :], (rows, u, k))], axis=1)
+    s1 = np.stack([link_slope, 2.0 * link_slope, link_slope, link_slope, link_slope], axis=1)  # (R, 5)
+    s2 = np.broadcast_to(gather_slope[:, None], (rows, 5))
+    slopes = np.concatenate(
+        [np.broadcast_to(s1[:, None], (rows, j, 5)), np.broadcast_to(s2[:, None], (rows, j, 5)), tied_slopes],
+        axis=1,
+    )
+    kappa = _kappa_per_row(z, m, side, a, slopes)
+    return kappa[:, :j, :2], kappa[:, j : 2 * j, :1], kappa[:, 2 * j :]
 
 
 def _kappa_per_row(

@@ -245,28 +245,30 @@ def _dp(
     dp = np.full((rows, pairs, L + 1), _INF)  # schedule started; "not started" is only j = 0
     choice = np.zeros((k, rows, pairs, L + 1), dtype=np.int64)
     started = np.zeros((k, rows, pairs, L + 1), dtype=bool)
+    # per device in DP order (elementwise, so the same numbers as one device at a time): caps (R, C, K),
+    # costs (R, K, L) and the maxima charged when the schedule starts on the device (R, C, K)
+    caps_o = take_last(caps, np.broadcast_to(order[:, None, :], caps.shape))
+    cost_o = sc.cost[np.arange(rows)[:, None], order]
+    cols = (
+        sc.c1[:, None, None],
+        sc.c2[:, None, None],
+        sc.stage_f[:, None, None],
+        sc.stage_b[:, None, None],
+        sc.gather_floor[:, None, None],
+    )
+    t_o = take_last(sc.link_s, order)[:, None, :]
+    start_all = _maxima(*cols, xx[:, :, None], t_o, gg[:, :, None])
     for step in range(k):
-        dev = order[:, step]
-        cap = caps[r_idx, p_idx, dev[:, None]]  # (R, C)
+        cap = caps_o[:, :, step]  # (R, C)
         # (R, C, 1, D) cost of d TEBs on the device, ∞ above its cap
-        cost_d = np.where(d <= cap[:, :, None], sc.cost[np.arange(rows), dev][:, None, : d.size], _INF)[
-            :, :, None, :
-        ]
-        t = sc.link_s[np.arange(rows), dev][:, None]
-        cols = (
-            sc.c1[:, None],
-            sc.c2[:, None],
-            sc.stage_f[:, None],
-            sc.stage_b[:, None],
-            sc.gather_floor[:, None],
-        )
-        start_cost = _maxima(*cols, xx, t, gg)  # (R, C)
+        cost_d = np.where(d <= cap[:, :, None], cost_o[:, step][:, None, : d.size], _INF)[:, :, None, :]
+        start_cost = start_all[:, :, step]  # (R, C)
         windows = sliding_window_view(np.concatenate([pad, dp], axis=2), d.size, axis=2)
         # (R, C, L+1, D): dp[j − d] + cost of d TEBs, ∞ where j < d
         cont = windows[:, :, first_window : first_window + L + 1, ::-1] + cost_d
         best_d = np.argmin(cont, axis=3)
         best_c = take_last(cont, best_d[..., None])[..., 0]
-        first = np.concatenate([np.full((rows, 1), _INF), sc.cost[np.arange(rows), dev]], axis=1)  # j TEBs
+        first = np.concatenate([np.full((rows, 1), _INF), cost_o[:, step]], axis=1)  # j TEBs
         can_start = (j[None, None, :] >= 1) & (j[None, None, :] <= cap[:, :, None])
         start = np.where(can_start, first[:, None, :] + start_cost[:, :, None], _INF)
         new = np.minimum(dp, np.minimum(best_c, start))
