@@ -208,9 +208,10 @@ def accept(
     gain = np.min(single, axis=1)
     good = gain < current[:, None] * (1 - TOLERANCE)
 
+    starts, clusters = np.arange(s_count)[:, None], np.arange(choice.shape[1])[None, :]
+
     def chosen(o: npt.NDArray[Any], nw: npt.NDArray[Any], mask: npt.NDArray[np.bool_]) -> npt.NDArray[Any]:
-        index = choice.reshape(choice.shape[:1] + (1,) + choice.shape[1:] + (1,) * (nw.ndim - 3))
-        sel = np.take_along_axis(nw, index, axis=1)[:, 0]
+        sel = nw[starts, choice, clusters]  # (S, N, ...): start s, proposal choice[s, n], cluster n
         return np.where(mask[..., None] if o.ndim == 3 else mask, sel, o)
 
     together = [chosen(o, nw, good) for o, nw in zip(old, new, strict=True)]

@@ -25,6 +25,7 @@ For 1F1B the solvers use the same closed form as their latency model (the cost m
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,10 +141,17 @@ class RoundProblem:
 def take_last(values: npt.NDArray[_T], index: IntArray) -> npt.NDArray[_T]:
     """``np.take_along_axis(values, index, axis=-1)`` for arrays with the same leading shape, by one flat
     gather (numpy's general version builds an index per axis in Python: slow on the solvers' small arrays)."""
-    lead = index.shape[:-1]
-    width = values.shape[-1]
+    offsets: IntArray = _row_offsets(index.shape[:-1], values.shape[-1])
+    out: npt.NDArray[_T] = np.asarray(values).reshape(-1)[index + offsets]
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _row_offsets(lead: tuple[int, ...], width: int) -> IntArray:
+    """The flat offset of each row's first element, (*lead, 1); cached (read-only): the shapes repeat."""
     offsets = np.arange(0, math.prod(lead) * width, width).reshape((*lead, 1))
-    return np.asarray(values).reshape(-1)[index + offsets]
+    offsets.flags.writeable = False
+    return offsets
 
 
 @dataclass(frozen=True, eq=False)
