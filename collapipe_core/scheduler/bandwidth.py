@@ -153,17 +153,12 @@ def _candidates(
     j = thr.shape[1]
     star = distinct  # (R, U)
     m = np.minimum(1.0, star[:, :, None] / d[:, None, :])  # (R, K*, K)
-    tied_slopes = np.stack(
-        [
-            s1[:, None] + star * s2[:, None]
-            for s1 in (0.0 * c1, c1 * p_bits, 2.0 * c1 * p_bits)
-            for s2 in (0.0 * c2, c2 * b_bits)
-        ][1:],
-        axis=2,
-    )  # (R, K*, 5): σ1 + δ*·σ2 except both zero
-    k1, k2, kt = _kappa_groups(z, on, d, link_side, gather_side, m, c1 * p_bits, c2 * b_bits, a, tied_slopes)
-    k1 = np.concatenate([np.full((rows, j, 1), _INF), k1], axis=2)  # σ1 ∈ {0, c1P, 2c1P}
-    k2 = np.concatenate([np.full((rows, j, 1), _INF), k2], axis=2)  # σ2 ∈ {0, c2B}
+    link_slope, gather_slope = c1 * p_bits, c2 * b_bits
+    # (R, K*, 5): σ1 + δ*·σ2 for σ1 ∈ {0, c1P, 2c1P}, σ2 ∈ {0, c2B}, except both zero
+    tied_slopes = (link_slope[:, None] * _TIED_LINK)[:, None, :] + star[:, :, None] * (
+        gather_slope[:, None] * _TIED_GATHER
+    )[:, None, :]
+    k1, k2, kt = _kappa_groups(z, on, d, link_side, gather_side, m, link_slope, gather_slope, a, tied_slopes)
     kink1 = np.stack([stage_f / p_bits, stage_b / p_bits], axis=1)[:, :, None]  # (R, 2, 1)
     kink2 = (floor / b_bits)[:, None, None]  # (R, 1, 1)
     dd = d[:, None, :]
@@ -231,24 +226,26 @@ def _kappa_groups(
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """κ of the three target families in one :func:`_kappa_per_row` call (groups stacked, slopes padded).
 
-    Returns the link targets (R, J, 2) of slopes σ1 ∈ {c1·P, 2·c1·P} over ``link_side`` (m = 1), the gather
-    targets (R, J, 1) of slope c2·B over ``gather_side`` (m = 1/δ), the tied targets (R, U, 5) with
-    ``m_tied`` over every scheduled device. Each (row, group, slope) is computed on its own, so the values
-    are those of three separate calls; the padding slopes' κ are discarded."""
+    Returns the link targets (R, J, 3) of slopes σ1 ∈ {0, c1·P, 2·c1·P} over ``link_side`` (m = 1), the
+    gather targets (R, J, 2) of slopes σ2 ∈ {0, c2·B} over ``gather_side`` (m = 1/δ), the tied targets
+    (R, U, 5) with ``m_tied`` over every scheduled device. Each (row, group, slope) is computed on its
+    own, so the values are those of separate calls; a zero slope gives κ = ∞ (a term without that
+    target), and the padding slopes' κ are discarded."""
     rows, j, k = link_side.shape
     u = m_tied.shape[1]
-    m = np.concatenate(
-        [np.ones((rows, j, k)), np.broadcast_to(1.0 / d[:, None, :], (rows, j, k)), m_tied], axis=1
-    )
-    side = np.concatenate([link_side, gather_side, np.broadcast_to(on[:, None, :], (rows, u, k))], axis=1)
-    s1 = np.stack([link_slope, 2.0 * link_slope, link_slope, link_slope, link_slope], axis=1)  # (R, 5)
-    s2 = np.broadcast_to(gather_slope[:, None], (rows, 5))
-    slopes = np.concatenate(
-        [np.broadcast_to(s1[:, None], (rows, j, 5)), np.broadcast_to(s2[:, None], (rows, j, 5)), tied_slopes],
-        axis=1,
-    )
+    m = np.concatenate([np.ones((rows, j, k)), np.repeat((1.0 / d)[:, None, :], j, axis=1), m_tied], axis=1)
+    side = np.concatenate([link_side, gather_side, np.repeat(on[:, None, :], u, axis=1)], axis=1)
+    sep = np.concatenate([link_slope[:, None] * _LINK, gather_slope[:, None] * _GATHER], axis=1)
+    slopes = np.concatenate([np.repeat(sep.reshape(rows, 2, 5), j, axis=1), tied_slopes], axis=1)
     kappa = _kappa_per_row(z, m, side, a, slopes)
-    return kappa[:, :j, :2], kappa[:, j : 2 * j, :1], kappa[:, 2 * j :]
+    return kappa[:, :j, :3], kappa[:, j : 2 * j, :2], kappa[:, 2 * j :]
+
+
+# slope multipliers of the κ families (see _kappa_groups; the separate families padded to five)
+_LINK = np.array([0.0, 1.0, 2.0, 1.0, 1.0])
+_GATHER = np.array([0.0, 1.0, 1.0, 1.0, 1.0])
+_TIED_LINK = np.array([0.0, 1.0, 1.0, 2.0, 2.0])
+_TIED_GATHER = np.array([1.0, 0.0, 1.0, 0.0, 1.0])
 
 
 def _kappa_per_row(
