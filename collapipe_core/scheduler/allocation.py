@@ -86,7 +86,7 @@ def solve_foc(y: FloatArray) -> FloatArray:
         ew = np.exp(w)
         step = (ew * (w - 1.0) + 1.0 - y) / np.maximum(w * ew, 1e-300)
         w = np.maximum(w - step, 0.0)
-        if np.all(np.abs(step) <= 1e-12 * np.maximum(w, 1e-300)):
+        if (np.abs(step) <= 1e-12 * np.maximum(w, 1e-300)).all():
             break
     return np.expm1(w)
 

@@ -125,8 +125,8 @@ def segments(
     cand = micro_candidates(pr, micro, effort)  # (S, C, N)
     c_count = cand.shape[1]
 
-    def wide(x: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        return np.broadcast_to(x[:, None], (s_count, c_count, *x.shape[1:]))
+    def wide(x: npt.NDArray[Any]) -> npt.NDArray[Any]:  # (S, ...) → (S, C, ...)
+        return np.repeat(x[:, None], c_count, axis=1)
 
     floor = proposals.gather_floors(pr, delta, micro, beta, power)
     parts = [model(pr, wide(delta), cand, wide(beta), wide(power), wide(floor)) for model, _ in models]

@@ -51,7 +51,7 @@ from collapipe_core.scheduler.descent import (
     segments,
 )
 from collapipe_core.scheduler.linkmemo import LinkMemo
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem, quiet
 from collapipe_core.state import RoundState
 
 # Efforts by size (docs/scheduler.md, "Effort" and "Decision time", has what each searches, the decision
@@ -73,11 +73,12 @@ def effort_for(pr: RoundProblem) -> Effort:
 def solve(state: RoundState, use_queues: bool = True, effort: Effort | None = None) -> tuple[Decision, float]:
     """DSSDA's decision for ``state`` and its objective (queues set to 0 when ``use_queues`` is False).
 
-    The steps represent infeasible candidates by ∞ and mask them, so IEEE warnings are silenced here."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return _solve(state, use_queues, effort)
+    The steps represent infeasible candidates by ∞ and mask them, so IEEE warnings are silenced here
+    (once for the whole round: :func:`~collapipe_core.scheduler.problem.quiet`)."""
+    return _solve(state, use_queues, effort)
 
 
+@quiet
 def _solve(state: RoundState, use_queues: bool, effort: Effort | None) -> tuple[Decision, float]:
     pr = build_problem(state)
     if not use_queues:

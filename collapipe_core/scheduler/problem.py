@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
@@ -46,14 +47,24 @@ _T = TypeVar("_T", bound=np.generic)
 
 def quiet(step: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run a solver step without IEEE warnings: the steps mark infeasible candidates with ∞ (and 0·∞ = NaN
-    along the way) and mask them out explicitly."""
+    along the way) and mask them out explicitly. A step called from inside another quiet step runs as it
+    is (the outer step's error state already holds; entering np.errstate costs several numpy calls)."""
 
     @wraps(step)
     def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if getattr(_QUIET, "active", False):
             return step(*args, **kwargs)
+        _QUIET.active = True
+        try:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return step(*args, **kwargs)
+        finally:
+            _QUIET.active = False
 
     return run
+
+
+_QUIET = threading.local()  # .active: this thread is inside a quiet step
 
 
 DEVICE_FIELDS = (  # the (N, K) arrays of a RoundProblem

@@ -26,7 +26,7 @@ import numpy as np
 
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.allocation import bandwidth_step, cluster_terms, solve_foc
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet, take_last
 from collapipe_core.scheduler.segments import SegmentCosts
 
 
@@ -44,7 +44,11 @@ def gather_floors(
     if n == 1 or not np.any(delta > 0):
         return np.zeros(delta.shape[:-1])
     g = costs(pr, delta, micro, time_per_bit(pr, beta, power), power).gather_s
-    return np.stack([np.max(np.delete(g, i, axis=-1), axis=-1) for i in range(n)], axis=-1)
+    # the others' maximum: the largest value, and for the largest cluster itself the largest of the rest
+    top = np.argmax(g, axis=-1)[..., None]
+    mask = np.arange(n) == top
+    second = np.max(np.where(mask, -np.inf, g), axis=-1, keepdims=True)
+    return np.where(mask, second, take_last(g, top))
 
 
 def _prospective(

@@ -66,8 +66,8 @@ def segment_cost(sc: SegmentCosts, delta: IntArray) -> FloatArray:
     """J(δ) for δ (R, K) (ignoring memory caps)."""
     on = delta > 0
     idx = np.clip(delta - 1, 0, sc.cost.shape[2] - 1)[:, :, None]
-    add = np.sum(np.where(on, np.take_along_axis(sc.cost, idx, axis=2)[:, :, 0], 0.0), axis=1)
-    gam = np.max(np.where(on, np.take_along_axis(sc.gather_s, idx, axis=2)[:, :, 0], 0.0), axis=1)
+    add = np.sum(np.where(on, take_last(sc.cost, idx)[:, :, 0], 0.0), axis=1)
+    gam = np.max(np.where(on, take_last(sc.gather_s, idx)[:, :, 0], 0.0), axis=1)
     x = np.max(np.where(on, delta * sc.compute_s, 0.0), axis=1)
     t = np.max(np.where(on, sc.link_s, 0.0), axis=1)
     maxima = _maxima(sc.c1, sc.c2, sc.stage_f, sc.stage_b, sc.gather_floor, x, t, gam)
