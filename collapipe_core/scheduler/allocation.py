@@ -51,14 +51,14 @@ def energy_weights(pr: RoundProblem, delta: IntArray, micro: FloatArray) -> Floa
     return np.where(delta > 0, pr.queues * bits * pr.noise_w_per_hz / pr.gain, 0.0)
 
 
+@quiet
 def snr_limit(pr: RoundProblem, beta: FloatArray) -> FloatArray:
     """The largest SNR p_max allows on bandwidth share β."""
-    with np.errstate(divide="ignore"):
-        return np.where(
-            beta > 0,
-            pr.max_power_w * pr.gain / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * pr.noise_w_per_hz),
-            0.0,
-        )
+    return np.where(
+        beta > 0,
+        pr.max_power_w * pr.gain / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * pr.noise_w_per_hz),
+        0.0,
+    )
 
 
 @quiet
@@ -67,12 +67,11 @@ def power_step(
 ) -> FloatArray:
     """SNR x per link from (1 + x)·ln(1 + x) − x = Ω/(β·W·A), clipped to the power limit."""
     limit = snr_limit(pr, beta)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y = np.where(
-            on & (energy_weight > 0),
-            omega / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * energy_weight),
-            _INF,
-        )
+    y = np.where(
+        on & (energy_weight > 0),
+        omega / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * energy_weight),
+        _INF,
+    )
     x = solve_foc(np.minimum(y, 1e300))
     return np.where(on, np.where(np.isfinite(y), np.minimum(x, limit), limit), 0.0)
 
@@ -122,9 +121,8 @@ def allocate_links(
     prices = PRICES if np.any(weight > 0) else 1
     for _ in range(rounds):
         mu = _price_levels(bracket, center, spread, prices)  # (..., N, P)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate = beta * pr.bandwidth_hz * np.log2(1.0 + x)
-            marginal = np.where(on, rate**2 / np.where(on, d, 1.0), 0.0)  # 1/(d·u²)
+        rate = beta * pr.bandwidth_hz * np.log2(1.0 + x)
+        marginal = np.where(on, rate**2 / np.where(on, d, 1.0), 0.0)  # 1/(d·u²)
         omega = np.moveaxis(mu, -1, -2)[..., None] * marginal[..., None, :, :]
         beta_w = np.broadcast_to(beta[..., None, :, :], omega.shape)
         trial_x = power_step(pr, beta_w, omega, weight_w, on_w)
@@ -208,8 +206,7 @@ def _score(
     weight: FloatArray,
 ) -> FloatArray:
     on = delta > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * np.log2(1.0 + x)), 0.0)
-        per_bit = np.where(on, x / np.log2(1.0 + np.maximum(x, 1e-300)), 0.0)
+    u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * np.log2(1.0 + x)), 0.0)
+    per_bit = np.where(on, x / np.log2(1.0 + np.maximum(x, 1e-300)), 0.0)
     score = latency_cost(pr, terms, delta, u) + np.sum(weight * per_bit, axis=-1)
     return np.where(np.all(np.isfinite(u), axis=-1), score, _INF)

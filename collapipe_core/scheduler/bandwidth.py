@@ -107,8 +107,7 @@ def bandwidth_step(
     best = np.argmin(cost, axis=1)
     pick = np.arange(rows)
     u_best = u[pick, best]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        beta = np.where(on, z / np.where(on, u_best, 1.0) - intercept.reshape(rows, k) * z, 0.0)
+    beta = np.where(on, z / np.where(on, u_best, 1.0) - intercept.reshape(rows, k) * z, 0.0)
     beta = np.where(on, np.maximum(beta, 1e-9), 0.0)
     beta = beta / np.maximum(beta.sum(axis=1, keepdims=True), 1.0)  # guard rounding above 1
     low = cost[pick, best]
@@ -274,8 +273,7 @@ def _kappa_per_row(
     idx = np.maximum(last - 1, 0)
     num = take_last(c_zm[..., 0], idx)
     den = take_last(c_m[..., 0], idx)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        k2 = num / (slopes + a[:, None, None] * den)
+    k2 = num / (slopes + a[:, None, None] * den)
     return np.where((last > 0) & (slopes > 0), np.sqrt(k2), _INF)
 
 
@@ -289,27 +287,22 @@ def _normalise(
     i devices switched gives y = (1 − Σ_{>i} ζ/F)/Σ_{≤i} ζ/c, valid if it lies between its switch points.
     """
     finite = on & np.isfinite(free)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        base = np.where(on, z / fixed, 0.0)  # ζ/F (0 when F = ∞)
-        slope = np.where(finite, z / free, 0.0)  # ζ/c
-        bp = np.where(finite, free / fixed, _INF)
+    base = np.where(on, z / fixed, 0.0)  # ζ/F (0 when F = ∞)
+    slope = np.where(finite, z / free, 0.0)  # ζ/c
+    bp = np.where(finite, free / fixed, _INF)
     order = np.argsort(bp, axis=-1)
     bps = take_last(bp, order)
     base_s = take_last(base, order)
     slope_s = take_last(slope, order)
-    with np.errstate(invalid="ignore"):
-        rest = base_s.sum(axis=-1, keepdims=True) - np.cumsum(base_s, axis=-1)
+    rest = base_s.sum(axis=-1, keepdims=True) - np.cumsum(base_s, axis=-1)
     lin = np.cumsum(slope_s, axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y = (1.0 - rest) / lin
+    y = (1.0 - rest) / lin
     nxt = np.concatenate([bps[..., 1:], np.full((*bps.shape[:-1], 1), _INF)], axis=-1)
-    with np.errstate(invalid="ignore"):
-        valid = (lin > 0) & (y >= bps * (1 - 1e-12)) & (y <= nxt * (1 + 1e-12)) & np.isfinite(bps)
+    valid = (lin > 0) & (y >= bps * (1 - 1e-12)) & (y <= nxt * (1 + 1e-12)) & np.isfinite(bps)
     y_sol = np.max(np.where(valid, y, -1.0), axis=-1)
     feasible = y_sol > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s = np.where(feasible, 1.0 / np.where(feasible, y_sol, 1.0), _INF)
-        u = np.where(on & feasible[..., None], np.minimum(fixed, s[..., None] * free), _INF)
+    s = np.where(feasible, 1.0 / np.where(feasible, y_sol, 1.0), _INF)
+    u = np.where(on & feasible[..., None], np.minimum(fixed, s[..., None] * free), _INF)
     return u, s
 
 

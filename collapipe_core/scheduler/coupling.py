@@ -77,8 +77,7 @@ def options(
         terms = cluster_terms(pr, d, m, pipe_w, gather_w, np.zeros(shape))
         beta, power, _ = allocate_links(pr, d, m, terms, rounds)  # (..., W, N, K)
     rate = pr.rate_bps(beta, power)
-    with np.errstate(divide="ignore"):
-        u = np.where(rate > 0, 1.0 / np.where(rate > 0, rate, 1.0), np.inf)
+    u = np.where(rate > 0, 1.0 / np.where(rate > 0, rate, 1.0), np.inf)
     c = costs(pr, d, np.broadcast_to(micro[..., None, :], shape), u, power)
     energy = np.sum(pr.queues * c.energy_j, axis=-1)
     return Options(beta, power, pr.iterations * c.pipeline_s, c.gather_s, energy)

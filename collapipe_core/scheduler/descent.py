@@ -29,7 +29,7 @@ from collapipe_core.scheduler import proposals
 from collapipe_core.scheduler.coupling import coupled_links
 from collapipe_core.scheduler.linkmemo import LinkMemo
 from collapipe_core.scheduler.microbatches import best_microbatches, memory_limit
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, take_last
 from collapipe_core.scheduler.segments import SegmentCosts, best_segments
 
 TOLERANCE = 1e-9
@@ -158,14 +158,14 @@ def segments(
         )  # (S, N, r, C)
         nd = new.reshape(s_count, c_count, n, extra, k).transpose(0, 2, 3, 1, 4)  # (S, N, r, C, K)
         c_best = np.argmin(total, axis=3)  # (S, N, r)
-        value = np.take_along_axis(total, c_best[..., None], axis=3)[..., 0]
+        value = take_last(total, c_best[..., None])[..., 0]
         pick_d = np.take_along_axis(nd, c_best[..., None, None], axis=3)[..., 0, :]  # (S, N, r, K)
         cands = np.broadcast_to(cand.transpose(0, 2, 1)[:, :, None, :], (s_count, n, extra, c_count))
-        pick_m = np.take_along_axis(cands, c_best[..., None], axis=3)[..., 0]
+        pick_m = take_last(cands, c_best[..., None])[..., 0]
         if comparable:
             r_best = np.argmin(value, axis=2)[..., None]
             pick_d = np.take_along_axis(pick_d, r_best[..., None], axis=2)
-            pick_m = np.take_along_axis(pick_m, r_best, axis=2)
+            pick_m = take_last(pick_m, r_best)
         out_delta.append(pick_d.transpose(0, 2, 1, 3))
         out_micro.append(pick_m.transpose(0, 2, 1))
     return np.concatenate(out_delta, axis=1), np.concatenate(out_micro, axis=1)
@@ -244,6 +244,6 @@ def _others_max(x: FloatArray) -> FloatArray:
     if x.shape[-1] == 1:
         return np.full(x.shape, -np.inf)
     top = np.argmax(x, axis=-1)[..., None]
-    first = np.take_along_axis(x, top, axis=-1)
+    first = take_last(x, top)
     second = np.max(np.where(np.arange(x.shape[-1]) == top, -np.inf, x), axis=-1, keepdims=True)
     return np.where(np.arange(x.shape[-1]) == top, second, first)

@@ -22,7 +22,7 @@ import numpy as np
 
 from collapipe_core.costmodel.evaluate import in_flight_microbatches
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet, take_last
 
 
 def memory_limit(pr: RoundProblem, delta: IntArray) -> IntArray:
@@ -66,12 +66,11 @@ def best_microbatches(
     levels = (pi[..., None] + (m - 1) * rho[..., None]).reshape(s_count, -1)  # (S, N·Mlim) candidate Π̄
     levels = np.where((m <= limit[..., None]).reshape(s_count, -1), levels, np.inf)
     # U_n(Π̄): micro-batches cluster n may take under the level
-    with np.errstate(divide="ignore", invalid="ignore"):
-        room = np.where(
-            rho[:, None, :] > 0,
-            np.floor((levels[:, :, None] - pi[:, None, :]) / rho[:, None, :] * (1 + 1e-12) + 1e-12) + 1,
-            np.where(levels[:, :, None] >= pi[:, None, :] * (1 - 1e-12), limit[:, None, :], 0),
-        )
+    room = np.where(
+        rho[:, None, :] > 0,
+        np.floor((levels[:, :, None] - pi[:, None, :]) / rho[:, None, :] * (1 + 1e-12) + 1e-12) + 1,
+        np.where(levels[:, :, None] >= pi[:, None, :] * (1 - 1e-12), limit[:, None, :], 0),
+    )
     units = np.clip(room, 0, limit[:, None, :]).astype(np.int64)  # (S, P, N)
     feasible = np.all(units >= 1, axis=2) & np.isfinite(levels)
     micro = _greedy(pr, np.maximum(units, 1), eta)
@@ -90,12 +89,11 @@ def _greedy(pr: RoundProblem, units: IntArray, eta: FloatArray) -> IntArray:
     """M (S, P, N): extra micro-batches from the cheapest clusters while the convergence gain pays."""
     _s_count, _p, n = units.shape
     order = np.argsort(eta, axis=1)  # (S, N) cheapest first
-    cost = np.take_along_axis(eta, order, axis=1)[:, None, :]
+    cost = take_last(eta, order)[:, None, :]
     extra = np.take_along_axis(units - 1, np.broadcast_to(order[:, None, :], units.shape), axis=2)
     before = np.cumsum(extra, axis=2) - extra
     gain = pr.V * pr.lambda_ * pr.gradient_variance / pr.microbatch_size
-    with np.errstate(divide="ignore"):
-        ratio = np.where(cost > 0, gain / np.where(cost > 0, cost, 1.0), np.inf)
+    ratio = np.where(cost > 0, gain / np.where(cost > 0, cost, 1.0), np.inf)
     # the t-th extra unit (total N + t) gains gain/((N + t − 1)(N + t)); worth it while (N+t−1)(N+t) < ratio
     t_max = np.where(
         np.isfinite(ratio), np.ceil((1 + np.sqrt(1 + 4 * np.minimum(ratio, 1e300))) / 2 - n) - 1, np.inf

@@ -141,11 +141,11 @@ class RoundProblem:
         caps = np.floor((self.memory_bytes - self.overhead_bytes) / per_block)
         return np.where(self.available, np.clip(caps, 0, self.num_blocks), 0).astype(np.int64)
 
+    @quiet
     def rate_bps(self, beta: FloatArray, power: FloatArray) -> FloatArray:
         """r = βW·log2(1 + p·h/(βW·N0)), 0 where β or p is 0 (any leading batch dimensions)."""
         bw = np.maximum(beta, 0.0) * self.bandwidth_hz
-        with np.errstate(divide="ignore", invalid="ignore"):
-            snr = np.where(bw > 0, np.maximum(power, 0.0) * self.gain / (bw * self.noise_w_per_hz), 0.0)
+        snr = np.where(bw > 0, np.maximum(power, 0.0) * self.gain / (bw * self.noise_w_per_hz), 0.0)
         return np.where(bw > 0, bw * np.log2(1.0 + snr), 0.0)
 
 

@@ -30,10 +30,10 @@ from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quie
 from collapipe_core.scheduler.segments import SegmentCosts
 
 
+@quiet
 def time_per_bit(pr: RoundProblem, beta: FloatArray, power: FloatArray) -> FloatArray:
     rate = pr.rate_bps(beta, power)
-    with np.errstate(divide="ignore"):
-        return np.where(rate > 0, 1.0 / np.where(rate > 0, rate, 1.0), np.inf)
+    return np.where(rate > 0, 1.0 / np.where(rate > 0, rate, 1.0), np.inf)
 
 
 def gather_floors(

@@ -120,11 +120,11 @@ def best_segments(
         if start >= order.shape[1]:
             break
         idx = order[:, start:stop]
-        live = np.take_along_axis(lower, idx, axis=1) < best[:, None] * (1 - 1e-12)
+        live = take_last(lower, idx) < best[:, None] * (1 - 1e-12)
         if not np.any(live):
             break
         sel_caps = np.where(live[:, :, None], np.take_along_axis(caps, idx[:, :, None], axis=1), 0)
-        sel_x, sel_g = np.take_along_axis(xb, idx, axis=1), np.take_along_axis(gb, idx, axis=1)
+        sel_x, sel_g = take_last(xb, idx), take_last(gb, idx)
         busy = np.any(live, axis=1)
         if np.all(busy):
             delta, cost = _dp(sc, sel_caps, sel_x, sel_g, L)
