@@ -84,7 +84,7 @@ def check_workers(settings: Settings) -> None:
     if settings.api_workers > 1 and settings.executor != "celery":
         raise ValueError(
             f"workers={settings.api_workers} needs executor=celery (executor is {settings.executor!r}): "
-            "the local executor runs runs inside the one API process; use --workers 1, or Celery workers"
+            "the local executor executes runs inside the one API process; use --workers 1, or Celery workers"
         )
 
 
