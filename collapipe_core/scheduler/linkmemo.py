@@ -46,16 +46,14 @@ class LinkMemo:
     ) -> tuple[FloatArray, FloatArray]:
         """β, p (R, K) for rows of cluster index (R,), δ (R, K), M (R,), weights (R,)."""
         rows = cluster.shape[0]
-        key_matrix = np.column_stack(
-            [
-                cluster.astype(np.float64),
-                micro.astype(np.float64),
-                pipeline_weight.astype(np.float64),
-                gather_weight.astype(np.float64),
-                np.full(rows, float(rounds)),
-                delta.astype(np.float64),
-            ]
-        )
+        # one row of float64 per request: cluster, M, w, v, rounds, δ (filled in place: fewer numpy calls)
+        key_matrix = np.empty((rows, 5 + delta.shape[1]))
+        key_matrix[:, 0] = cluster
+        key_matrix[:, 1] = micro
+        key_matrix[:, 2] = pipeline_weight
+        key_matrix[:, 3] = gather_weight
+        key_matrix[:, 4] = float(rounds)
+        key_matrix[:, 5:] = delta
         keys = [row.tobytes() for row in key_matrix]
         index = self._index
         missing: dict[bytes, int] = {}

@@ -36,7 +36,7 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided
 
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.problem import IntArray, quiet, take_last
@@ -263,9 +263,14 @@ def _dp(
         # (R, C, 1, D) cost of d TEBs on the device, ∞ above its cap
         cost_d = np.where(d <= cap[:, :, None], cost_o[:, step][:, None, : d.size], _INF)[:, :, None, :]
         start_cost = start_all[:, :, step]  # (R, C)
-        windows = sliding_window_view(np.concatenate([pad, dp], axis=2), d.size, axis=2)
-        # (R, C, L+1, D): dp[j − d] + cost of d TEBs, ∞ where j < d
-        cont = windows[:, :, first_window : first_window + L + 1, ::-1] + cost_d
+        padded = np.concatenate([pad, dp], axis=2)
+        # (R, C, L+1, D): dp[j − d] + cost of d TEBs, ∞ where j < d — a read-only strided view of the
+        # padded table (entry [j, i] is padded[first_window + j + i]), reversed so that d = 1 comes first
+        s0, s1, s2 = padded.strides
+        windows = as_strided(
+            padded[:, :, first_window:], (rows, pairs, L + 1, d.size), (s0, s1, s2, s2), writeable=False
+        )
+        cont = windows[:, :, :, ::-1] + cost_d
         best_d = np.argmin(cont, axis=3)
         best_c = take_last(cont, best_d[..., None])[..., 0]
         first = np.concatenate([np.full((rows, 1), _INF), cost_o[:, step]], axis=1)  # j TEBs
