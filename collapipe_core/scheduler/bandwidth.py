@@ -232,6 +232,18 @@ def _kappa_groups(
     target), and the padding slopes' κ are discarded."""
     rows, j, k = link_side.shape
     u = m_tied.shape[1]
+    if rows * (2 * j + u) * k > MERGE_KAPPA_ELEMENTS:  # large batches: three calls, no padded slopes
+        return (
+            _kappa_per_row(z, np.ones((rows, j, k)), link_side, a, link_slope[:, None, None] * _LINK[:3]),
+            _kappa_per_row(
+                z,
+                np.repeat((1.0 / d)[:, None, :], j, axis=1),
+                gather_side,
+                a,
+                gather_slope[:, None, None] * _GATHER[:2],
+            ),
+            _kappa_per_row(z, m_tied, np.repeat(on[:, None, :], u, axis=1), a, tied_slopes),
+        )
     m = np.concatenate([np.ones((rows, j, k)), np.repeat((1.0 / d)[:, None, :], j, axis=1), m_tied], axis=1)
     side = np.concatenate([link_side, gather_side, np.repeat(on[:, None, :], u, axis=1)], axis=1)
     sep = np.concatenate([link_slope[:, None] * _LINK, gather_slope[:, None] * _GATHER], axis=1)
@@ -240,6 +252,9 @@ def _kappa_groups(
     return kappa[:, :j, :3], kappa[:, j : 2 * j, :2], kappa[:, 2 * j :]
 
 
+# above this many (row, group, device) elements the families are solved separately: merged, the padded
+# slopes cost more arithmetic than the saved numpy calls (the values are the same either way)
+MERGE_KAPPA_ELEMENTS = 20_000
 # slope multipliers of the κ families (see _kappa_groups; the separate families padded to five)
 _LINK = np.array([0.0, 1.0, 2.0, 1.0, 1.0])
 _GATHER = np.array([0.0, 1.0, 1.0, 1.0, 1.0])
