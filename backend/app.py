@@ -26,6 +26,7 @@ from backend.live.channel import LiveChannel
 from backend.live.db_channel import DbEventChannel
 from backend.live.router import router as live_router
 from backend.metrics.router import router as metrics_router
+from backend.metrics.series_cache import SeriesCache
 from backend.monitoring import RequestMetrics, RunCollector
 from backend.runs.dispatch import RunDispatcher, load_factory, make_celery_dispatcher
 from backend.runs.local_runner import LocalDispatcher
@@ -79,6 +80,7 @@ def create_app(
     app.state.session_factory = session_factory
     app.state.channel = channel
     app.state.dispatcher = dispatcher
+    app.state.series_cache = SeriesCache()
     install_error_handlers(app)
     for router in (
         auth_router,

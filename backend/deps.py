@@ -13,6 +13,7 @@ from backend.db.models import User
 from backend.db.transaction import commit_and_notify, discard_pending
 from backend.errors import Forbidden, Unauthenticated
 from backend.live.channel import LiveChannel
+from backend.metrics.series_cache import SeriesCache
 from backend.runs.dispatch import RunDispatcher
 from backend.settings import Settings
 from backend.users import service as users
@@ -70,7 +71,13 @@ async def _dispatcher(request: Request) -> RunDispatcher:
     return dispatcher
 
 
+async def _series_cache(request: Request) -> SeriesCache:
+    cache: SeriesCache = request.app.state.series_cache
+    return cache
+
+
 SettingsDep = Annotated[Settings, Depends(_settings)]
+SeriesCacheDep = Annotated[SeriesCache, Depends(_series_cache)]
 ChannelDep = Annotated[LiveChannel, Depends(_channel)]
 DispatcherDep = Annotated[RunDispatcher, Depends(_dispatcher)]
 

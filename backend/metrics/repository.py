@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
-from backend.db.models import DeviceMetric, RoundMetric
+from backend.db.models import DeviceMetric, RoundMetric, Run
 
 
 def _round_range(
@@ -167,3 +167,17 @@ def _device_json(row: DeviceMetric) -> dict[str, Any]:
         "energy_budget_j": row.energy_budget_j,
         "available": row.available,
     }
+
+
+def round_watermark(
+    session: Session, run_id: int, from_round: int | None, to_round: int | None
+) -> tuple[int, int | None, datetime | None]:
+    """What identifies the stored rounds of a run in a range: their number, their largest row id
+    (rows are only inserted, each with a new id) and the run's creation time (a run id that SQLite
+    reuses after a deletion belongs to another run)."""
+    created = select(Run.created_at).where(Run.id == run_id).scalar_subquery()
+    aggregates: list[Any] = [func.count(RoundMetric.id), func.max(RoundMetric.id), created]
+    of_run = select(*aggregates).where(RoundMetric.run_id == run_id)
+    query = _round_range(of_run, from_round, to_round, RoundMetric.round)
+    count, max_id, created_at = session.connection().execute(query).one()
+    return int(count), max_id, created_at

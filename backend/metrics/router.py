@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
-from backend.deps import SessionDep, ViewerUser
+from backend.deps import SeriesCacheDep, SessionDep, ViewerUser
 from backend.errors import ERROR_RESPONSES
 from backend.json_response import JSON_MEDIA_TYPE
 from backend.metrics import compare as comparing
@@ -33,15 +33,16 @@ def round_series(
     run_id: IdPath,
     session: SessionDep,
     _user: ViewerUser,
+    cache: SeriesCacheDep,
     fields: Annotated[list[str], Query(max_length=32, description=f"any of {', '.join(ROUND_FIELDS)}")] = [],  # noqa: B006
     from_round: FromRound = None,
     to_round: ToRound = None,
     max_points: MaxPoints = 2000,
     method: MethodQuery = "lttb",
 ) -> Response:
-    # written by pydantic's serialiser directly: the series were built as RoundSeries (validated once)
-    series = service.round_series(session, run_id, fields, from_round, to_round, max_points, method)
-    return Response(series.model_dump_json(), media_type=JSON_MEDIA_TYPE)
+    # the body is pydantic's serialisation of the built RoundSeries, reused while no round is added
+    body = service.round_series_body(session, cache, run_id, fields, from_round, to_round, max_points, method)
+    return Response(body, media_type=JSON_MEDIA_TYPE)
 
 
 @router.get("/api/runs/{run_id}/devices")

@@ -15,6 +15,7 @@ from backend.metrics import repository as repo
 from backend.metrics.downsample import Method, downsample
 from backend.metrics.fields import DEFAULT_ROUND_FIELDS, DEVICE_FIELDS, RECORD_FIELDS, ROUND_FIELDS, unit_of
 from backend.metrics.schemas import DecisionItem, DecisionPage, DeviceSeries, RoundSeries, Series
+from backend.metrics.series_cache import SeriesCache
 from backend.runs import service as runs
 
 
@@ -74,6 +75,31 @@ def round_series(
         series=series,
         units={f: unit_of(f) for f in fields},
     )
+
+
+def round_series_body(
+    session: Session,
+    cache: SeriesCache,
+    run_id: int,
+    fields: Sequence[str],
+    from_round: int | None,
+    to_round: int | None,
+    max_points: int,
+    method: Method,
+) -> bytes:
+    """``round_series`` as its JSON body, from ``cache`` while the run's rounds in range are unchanged."""
+    key = (run_id, tuple(fields), from_round, to_round, max_points, method)
+    watermark = repo.round_watermark(session, run_id, from_round, to_round)
+    if watermark[0] > 0:  # nothing stored (or no such run): computed below, never cached
+        body = cache.get(key, watermark)
+        if body is not None:
+            return body
+    series = round_series(session, run_id, fields, from_round, to_round, max_points, method)
+    body = series.model_dump_json().encode()
+    # kept only if no round arrived while the series was read: the body then matches the watermark
+    if watermark[0] > 0 and repo.round_watermark(session, run_id, from_round, to_round) == watermark:
+        cache.put(key, watermark, body)
+    return body
 
 
 def device_series(

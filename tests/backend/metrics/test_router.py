@@ -11,7 +11,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from sqlalchemy import select
 
+from backend.db.models import RoundMetric
 from tests.backend.builders import tiny_config
 from tests.backend.conftest import Api
 
@@ -123,3 +125,30 @@ def test_compare_against_a_baseline(api: Api, run_id: int) -> None:
     )
     missing = api.client.get("/api/compare", params={"run_ids": [run_id, 999]}, headers=api.as_("viewer"))
     assert missing.status_code == 404
+
+
+def test_round_series_sees_rounds_stored_after_a_cached_read(api: Api, run_id: int) -> None:
+    viewer = api.as_("viewer")
+    first = api.client.get(f"/api/runs/{run_id}/rounds", headers=viewer).json()
+    assert api.client.get(f"/api/runs/{run_id}/rounds", headers=viewer).json() == first  # from the cache
+    with api.session_factory() as session:  # a running run's next round, as the sink stores it
+        last = session.scalars(
+            select(RoundMetric).where(RoundMetric.run_id == run_id).order_by(RoundMetric.round.desc())
+        ).first()
+        assert last is not None
+        session.add(
+            RoundMetric(
+                run_id=run_id,
+                round=12,
+                record=dict(last.record),
+                latency_s=last.latency_s * 2,
+                objective=last.objective,
+                train_loss=None,
+                eval_loss=None,
+            )
+        )
+        session.commit()
+    after = api.client.get(f"/api/runs/{run_id}/rounds", headers=viewer).json()
+    assert after["points_stored"] == 13
+    assert after["series"]["latency_s"]["round"] == list(range(13))
+    assert after["series"]["latency_s"]["value"][-1] == first["series"]["latency_s"]["value"][-1] * 2
