@@ -27,36 +27,26 @@ from backend.users.security import hash_password, hash_secret
 from tests.backend.client import SyncClient
 from tests.backend.databases import postgres_database, sqlite_url
 from tests.backend.deployments import (
-    DEPLOYMENTS,
-    EMBEDDED,
     LEASE_S,
-    PRODUCTION,
     ProductionStack,
     RecordingDispatcher,
     production_stack,
     real_dispatcher,
     wait_terminal,
 )
+from tests.deployment_params import EMBEDDED, deployment_params
 from workers.settings import WorkerSettings
 
 __all__ = ["PASSWORD", "Api", "RecordingDispatcher", "add_user"]
 
 ROLES = ("viewer", "operator", "admin")
 PASSWORD = "correct horse battery"
-PRODUCTION_MARKS = (pytest.mark.postgres, pytest.mark.redis, pytest.mark.celery)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise ``deployment`` over both deployments, or those a ``deployments`` marker names."""
-    if "deployment" not in metafunc.fixturenames:
-        return
-    marker = metafunc.definition.get_closest_marker("deployments")
-    names = marker.args if marker is not None else DEPLOYMENTS
-    unknown = sorted(set(names) - set(DEPLOYMENTS))
-    if unknown:
-        raise ValueError(f"@pytest.mark.deployments{names!r}: unknown {unknown}; choose from {DEPLOYMENTS}")
-    params = [pytest.param(n, marks=PRODUCTION_MARKS if n == PRODUCTION else ()) for n in names]
-    metafunc.parametrize("deployment", params, indirect=True)
+    if "deployment" in metafunc.fixturenames:
+        metafunc.parametrize("deployment", deployment_params(metafunc), indirect=True)
 
 
 @pytest.fixture(autouse=True)

@@ -31,12 +31,10 @@ from sqlalchemy import text
 from backend.db.engine import make_engine
 from backend.runs.dispatch import RunDispatcher, make_celery_dispatcher
 from backend.runs.local_runner import LocalDispatcher
+from tests.deployment_params import EMBEDDED
 from tests.integration.processes import REPO, ProcessGroup, Service, wait_until
 from tests.workers.services import delete_keys, fresh_postgres_database, redis_namespace, truncate_all
 
-EMBEDDED = "embedded"
-PRODUCTION = "production"
-DEPLOYMENTS = (EMBEDDED, PRODUCTION)
 REDIS_DB = 12  # tests/integration uses 13; prefixes keep sessions apart in any case
 LEASE_S = 30.0
 QUIESCE_TIMEOUT_S = 90.0

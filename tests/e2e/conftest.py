@@ -21,8 +21,9 @@ from urllib.parse import urlparse
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
+from tests.deployment_params import deployment_params
 from tests.e2e.configs import tiny
-from tests.e2e.server import DEPLOYMENTS, PASSWORDS, USERNAMES, Server, running_server
+from tests.e2e.server import PASSWORDS, USERNAMES, Server, running_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -53,20 +54,10 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 LOCAL_SCHEMES = {"data", "blob", "about"}
 
 
-PRODUCTION_MARKS = (pytest.mark.postgres, pytest.mark.redis, pytest.mark.celery)
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrise ``server`` over both deployments, or those a ``deployments`` marker names."""
-    if "server" not in metafunc.fixturenames:
-        return
-    marker = metafunc.definition.get_closest_marker("deployments")
-    names = marker.args if marker is not None else DEPLOYMENTS
-    unknown = sorted(set(names) - set(DEPLOYMENTS))
-    if unknown:
-        raise ValueError(f"@pytest.mark.deployments{names!r}: unknown {unknown}; choose from {DEPLOYMENTS}")
-    params = [pytest.param(n, marks=PRODUCTION_MARKS if n == "production" else ()) for n in names]
-    metafunc.parametrize("server", params, indirect=True, scope="session")
+    if "server" in metafunc.fixturenames:
+        metafunc.parametrize("server", deployment_params(metafunc), indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")

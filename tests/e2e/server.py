@@ -27,11 +27,11 @@ from typing import Any
 
 import httpx
 
+from tests.deployment_params import DEPLOYMENTS
 from tests.integration.processes import ProcessGroup
 from tests.workers.services import fresh_postgres_database, redis_namespace
 
 REPO = Path(__file__).resolve().parents[2]
-DEPLOYMENTS = ("embedded", "production")
 REDIS_DB = 11  # the API suite uses 12 and the integration tests 13; key prefixes keep sessions apart
 PASSWORDS = {"viewer": "viewer-password-1", "operator": "operator-password-1", "admin": "admin-password-1"}
 USERNAMES = {"viewer": "vera", "operator": "otto", "admin": "ada"}
