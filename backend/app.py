@@ -19,9 +19,10 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from backend import config_router
-from backend.db.engine import make_engine, make_session_factory, ping
+from backend.db.engine import make_engine, make_read_session_factory, make_session_factory, ping
 from backend.error_handlers import install_error_handlers
 from backend.experiments.router import router as experiments_router
+from backend.gc_tuning import settle_after_startup
 from backend.live.channel import LiveChannel
 from backend.live.db_channel import DbEventChannel
 from backend.live.router import router as live_router
@@ -62,6 +63,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await runner.start()
+        settle_after_startup()
         try:
             yield
         finally:
@@ -78,6 +80,7 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.session_factory = session_factory
+    app.state.read_session_factory = make_read_session_factory(engine)
     app.state.channel = channel
     app.state.dispatcher = dispatcher
     app.state.series_cache = SeriesCache()

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from backend.db.models import DeviceMetric, RoundMetric, Run
@@ -169,15 +169,32 @@ def _device_json(row: DeviceMetric) -> dict[str, Any]:
     }
 
 
+def _watermark_query(from_round: bool, to_round: bool) -> Select[Any]:
+    created = select(Run.created_at).where(Run.id == bindparam("run_id")).scalar_subquery()
+    aggregates: list[Any] = [func.count(RoundMetric.id), func.max(RoundMetric.id), created]
+    query = select(*aggregates).where(RoundMetric.run_id == bindparam("run_id"))
+    if from_round:
+        query = query.where(RoundMetric.round >= bindparam("from_round"))
+    if to_round:
+        query = query.where(RoundMetric.round <= bindparam("to_round"))
+    return query
+
+
+# built once per shape of range (asked on every series request, so kept off the statement builder)
+_WATERMARK_QUERIES = {(f, t): _watermark_query(f, t) for f in (False, True) for t in (False, True)}
+
+
 def round_watermark(
     session: Session, run_id: int, from_round: int | None, to_round: int | None
 ) -> tuple[int, int | None, datetime | None]:
     """What identifies the stored rounds of a run in a range: their number, their largest row id
     (rows are only inserted, each with a new id) and the run's creation time (a run id that SQLite
     reuses after a deletion belongs to another run)."""
-    created = select(Run.created_at).where(Run.id == run_id).scalar_subquery()
-    aggregates: list[Any] = [func.count(RoundMetric.id), func.max(RoundMetric.id), created]
-    of_run = select(*aggregates).where(RoundMetric.run_id == run_id)
-    query = _round_range(of_run, from_round, to_round, RoundMetric.round)
-    count, max_id, created_at = session.connection().execute(query).one()
+    query = _WATERMARK_QUERIES[from_round is not None, to_round is not None]
+    params = {"run_id": run_id}
+    if from_round is not None:
+        params["from_round"] = from_round
+    if to_round is not None:
+        params["to_round"] = to_round
+    count, max_id, created_at = session.connection().execute(query, params).one()
     return int(count), max_id, created_at

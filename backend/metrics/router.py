@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
-from backend.deps import SeriesCacheDep, SessionDep, ViewerUser
+from backend.deps import SeriesCacheDep, SessionDep, ViewerUser, run_and_commit
 from backend.errors import ERROR_RESPONSES
 from backend.json_response import JSON_MEDIA_TYPE
 from backend.metrics import compare as comparing
@@ -29,7 +29,7 @@ ToRound = Annotated[RoundQuery, Query(alias="to", description="last round (inclu
 
 
 @router.get("/api/runs/{run_id}/rounds", response_model=RoundSeries)
-def round_series(
+async def round_series(
     run_id: IdPath,
     session: SessionDep,
     _user: ViewerUser,
@@ -41,7 +41,12 @@ def round_series(
     method: MethodQuery = "lttb",
 ) -> Response:
     # the body is pydantic's serialisation of the built RoundSeries, reused while no round is added
-    body = service.round_series_body(session, cache, run_id, fields, from_round, to_round, max_points, method)
+    body = await run_and_commit(
+        session,
+        lambda: service.round_series_body(
+            session, cache, run_id, fields, from_round, to_round, max_points, method
+        ),
+    )
     return Response(body, media_type=JSON_MEDIA_TYPE)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, func, select, update
+from sqlalchemy import Row, Select, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from backend.db.models import Run, User
@@ -61,6 +61,37 @@ def delete(session: Session, run: Run) -> None:
     session.flush()
 
 
+LIKE_ESCAPE = "/"  # escapes %, _ and itself in a listing's search text
+
+
+def _page_queries(statuses: bool, owner: bool, search: bool) -> tuple[Select[int], Select[*tuple[Any, ...]]]:
+    """The count and page queries of a listing with these filters, their values left as parameters."""
+    conditions: list[Any] = []
+    if statuses:
+        conditions.append(Run.status.in_(bindparam("statuses", expanding=True)))
+    if owner:
+        conditions.append(Run.owner_id.in_(select(User.id).where(User.username == bindparam("owner"))))
+    if search:
+        conditions.append(func.lower(Run.name).contains(bindparam("search"), escape=LIKE_ESCAPE))
+    count = select(func.count(Run.id)).where(*conditions)
+    rows = select(*LISTED_COLUMNS).where(*conditions).order_by(Run.id.desc())
+    return count, rows.limit(bindparam("limit")).offset(bindparam("offset"))
+
+
+# built once per combination of filters: a listing is a hot path, and building statements was a
+# good part of its cost
+_PAGE_QUERIES = {
+    (s, o, q): _page_queries(s, o, q) for s in (False, True) for o in (False, True) for q in (False, True)
+}
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` matched literally by LIKE with ``ESCAPE '/'`` (as ``contains(autoescape=True)``)."""
+    for char in (LIKE_ESCAPE, "%", "_"):
+        text = text.replace(char, LIKE_ESCAPE + char)
+    return text
+
+
 def page(
     session: Session,
     statuses: Sequence[str],
@@ -70,16 +101,17 @@ def page(
     offset: int,
 ) -> tuple[list[Row[Any]], int]:
     """One page of runs, newest first, as rows of ``LISTED_COLUMNS``; and the number matching."""
-    conditions: list[Any] = []
+    count_query, page_query = _PAGE_QUERIES[bool(statuses), owner is not None, bool(search)]
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
     if statuses:
-        conditions.append(Run.status.in_(statuses))
+        params["statuses"] = list(statuses)
     if owner is not None:
-        conditions.append(Run.owner_id.in_(select(User.id).where(User.username == owner)))
+        params["owner"] = owner
     if search:
-        conditions.append(func.lower(Run.name).contains(search.lower(), autoescape=True))
-    total = session.scalar(select(func.count(Run.id)).where(*conditions)) or 0
-    query = select(*LISTED_COLUMNS).where(*conditions).order_by(Run.id.desc()).limit(limit).offset(offset)
-    rows: list[Row[Any]] = list(session.execute(query).all())  # type: ignore[arg-type]
+        params["search"] = _like_escaped(search.lower())
+    connection = session.connection()
+    total = connection.execute(count_query, params).scalar() or 0
+    rows: list[Row[Any]] = list(connection.execute(page_query, params).all())
     return rows, int(total)
 
 

@@ -14,6 +14,7 @@ from backend.deps import (
     SessionDep,
     SettingsDep,
     ViewerUser,
+    run_and_commit,
 )
 from backend.errors import ERROR_RESPONSES, ErrorResponse
 from backend.json_response import json_response
@@ -37,7 +38,7 @@ def create_run(
 
 
 @router.get("", response_model=RunPage)
-def list_runs(
+async def list_runs(
     session: SessionDep,
     _user: ViewerUser,
     status_in: Annotated[list[RunStatus], Query(alias="status", max_length=5)] = [],  # noqa: B006
@@ -47,7 +48,9 @@ def list_runs(
     offset: Offset = 0,
 ) -> Response:
     # the body is written from the selected columns (RunOut's fields, in order), not re-validated
-    items, total = service.page(session, status_in, owner, search, limit, offset)
+    items, total = await run_and_commit(
+        session, lambda: service.page(session, status_in, owner, search, limit, offset)
+    )
     page = {"items": [row._asdict() for row in items], "total": total, "limit": limit, "offset": offset}
     return json_response(page)
 

@@ -57,12 +57,14 @@ def user_for_session(session: Session, secret: str) -> User | None:
 def user_for_token(session: Session, secret: str) -> User | None:
     """The token's user, read from the database on every call: a revoked token stops at once."""
     found = repo.token_with_user(session, hash_secret(secret))
-    if found is None or found[0].revoked_at is not None:
+    if found is None:
         return None
-    token, user = found
+    user, token_id, revoked_at, last_used_at = found
+    if revoked_at is not None:
+        return None
     now = utcnow()
-    if token.last_used_at is None or now - token.last_used_at > TOKEN_TOUCH_INTERVAL:
-        repo.touch_token(session, token.id, now)
+    if last_used_at is None or now - last_used_at > TOKEN_TOUCH_INTERVAL:
+        repo.touch_token(session, token_id, now)
     return user
 
 

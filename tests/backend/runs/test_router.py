@@ -76,6 +76,27 @@ def test_list_filters_by_status_owner_and_name(api: Api) -> None:
     assert bad.status_code == 422 and bad.json()["error"]["details"][0]["field"] == "query.status.0"
 
 
+def test_list_search_matches_wildcards_literally_and_filters_combine_with_paging(api: Api) -> None:
+    names = ["100% done", "a_b", "x/y", "plain", "ab"]
+    ids = {name: _launch(api, config=tiny_config(name=name))["id"] for name in names}
+    viewer = api.as_("viewer")
+
+    def listed(**params: Any) -> tuple[list[str], int]:
+        page = api.client.get("/api/runs", params=params, headers=viewer).json()
+        return [item["name"] for item in page["items"]], page["total"]
+
+    assert listed(search="%") == (["100% done"], 1)
+    assert listed(search="_") == (["a_b"], 1)
+    assert listed(search="/") == (["x/y"], 1)
+    assert listed(search="A") == (["ab", "plain", "a_b"], 3)  # newest first, any case
+    _set(api, ids["ab"], status="succeeded")
+    both = {"status": "queued", "owner": "operator", "search": "a"}
+    assert listed(**both) == (["plain", "a_b"], 2)
+    assert listed(**both, limit=1, offset=1) == (["a_b"], 2)
+    assert listed(owner="admin", search="a") == ([], 0)
+    assert listed(status=["queued", "succeeded"], limit=2) == (["ab", "plain"], 5)
+
+
 def test_cancel_a_queued_run_at_once_and_a_running_one_cooperatively(api: Api) -> None:
     queued = _launch(api)
     cancelled = api.client.post(f"/api/runs/{queued['id']}/cancel", headers=api.as_("operator")).json()
