@@ -27,7 +27,8 @@ cost per bit, quasi-convex in x. Setting the derivative to zero:
     (1 + x)·ln(1 + x) − x = Ω_k / (β_k·W·A_k),
 
 solved by Newton's method in ln(1 + x); then x is clipped to the power limit x ≤ p_max·h_k/(β_k·W·N0)
-(A_k = 0 gives p_max). p_k = β_k·W·N0·x_k/h_k.
+(A_k = 0 gives p_max; when no link of the batch has an energy weight, Newton's method is not run).
+p_k = β_k·W·N0·x_k/h_k.
 
 The two blocks alternate; every iterate is scored exactly and the best is kept.
 """
@@ -72,8 +73,11 @@ def power_step(
         omega / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * energy_weight),
         _INF,
     )
+    finite = np.isfinite(y)
+    if not finite.any():  # no link with an energy weight: every SNR at its limit, Newton not needed
+        return np.where(on, limit, 0.0)
     x = solve_foc(np.minimum(y, 1e300))
-    return np.where(on, np.where(np.isfinite(y), np.minimum(x, limit), limit), 0.0)
+    return np.where(on, np.where(finite, np.minimum(x, limit), limit), 0.0)
 
 
 def solve_foc(y: FloatArray) -> FloatArray:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapipe_core.network import BoolArray, FloatArray
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet, take_last
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet, row_offsets, take_last
 
 _INF = np.inf
 
@@ -140,6 +140,10 @@ def _candidates(
     (B) tied targets at ratio z2/z1 = δ* (a device value): one target z1 = s·κ with bounds
         m_k·z1, m_k = min(1, δ*/δ_k), and slope σ1 + δ*·σ2 (or z1 at a kink of either term).
     Every device is also capped by its interior (water-filling) value s·√(ζ_k/a).
+
+    The families are written into two preallocated (R, C, K) arrays, block by block along C (in the
+    order listed in the body; a free factor of ∞ is a structure without a free target, a fixed bound
+    of ∞ one without a kink): a few numpy calls per family on the solvers' small arrays.
     """
     rows, k = z.shape
     a_eff = a + 1e-12 * (c1 * p_bits + c2 * b_bits) + 1e-300
@@ -151,6 +155,7 @@ def _candidates(
     gather_side = ~link_side & on[:, None, :]
     j = thr.shape[1]
     star = distinct  # (R, U)
+    u = star.shape[1]
     m = np.minimum(1.0, star[:, :, None] / d[:, None, :])  # (R, K*, K)
     link_slope, gather_slope = c1 * p_bits, c2 * b_bits
     # (R, K*, 5): σ1 + δ*·σ2 for σ1 ∈ {0, c1P, 2c1P}, σ2 ∈ {0, c2B}, except both zero
@@ -160,41 +165,36 @@ def _candidates(
     k1, k2, kt = _kappa_groups(z, on, d, link_side, gather_side, m, link_slope, gather_slope, a, tied_slopes)
     kink1 = np.stack([stage_f / p_bits, stage_b / p_bits], axis=1)[:, :, None]  # (R, 2, 1)
     kink2 = (floor / b_bits)[:, None, None]  # (R, 1, 1)
-    dd = d[:, None, :]
-    free: list[FloatArray] = []
-    fixed: list[FloatArray] = []
-    # (A) free × free
-    a_k1 = k1[:, :, :, None].repeat(2, axis=3).reshape(rows, -1)[:, :, None]
-    a_k2 = k2[:, :, None, :].repeat(3, axis=2).reshape(rows, -1)[:, :, None]
-    free.append(np.minimum(a_k1, a_k2 / dd))
-    fixed.append(np.full(free[-1].shape, _INF))
-    # (A) link at a kink × free gather target
-    f = np.broadcast_to(kink1[:, :, None, :], (rows, 2, j * 2, 1)).reshape(rows, -1, 1)
-    c = np.broadcast_to(k2.reshape(rows, 1, -1), (rows, 2, j * 2)).reshape(rows, -1)[:, :, None] / dd
-    free.append(c)
-    fixed.append(np.broadcast_to(f, c.shape))
-    # (A) free link target × gather at its kink
-    free.append(np.broadcast_to(k1.reshape(rows, -1, 1), (rows, 3 * j, k)))
-    fixed.append(np.broadcast_to(kink2 / dd, (rows, 3 * j, k)))
+    dd = d[:, None, :]  # (R, 1, K)
+    # blocks along C: free × free (J·3·2), link kink × free gather (2·J·2), free link × gather kink
+    # (J·3), both at kinks (2), tied (U·5), tied at a kink (U·3)
+    ends = np.cumsum([0, 6 * j, 4 * j, 3 * j, 2, 5 * u, 3 * u])
+    free = np.empty((rows, int(ends[-1]), k))
+    fixed = np.empty(free.shape)
+    b0, b1, b2, b3, b4, b5, b6 = (int(e) for e in ends)
+    # (A) free × free: min(κ1[j, σ1], κ2[j, σ2]/δ_k), ordered (j, σ1, σ2)
+    both_free = np.minimum(k1[:, :, :, None, None], k2[:, :, None, :, None] / dd[:, :, None, None])
+    free[:, b0:b1] = both_free.reshape(rows, b1 - b0, k)
+    fixed[:, b0:b1] = _INF
+    # (A) link at a kink × free gather target, ordered (kink, j, σ2)
+    free[:, b1:b2].reshape(rows, 2, 2 * j, k)[...] = k2.reshape(rows, 1, -1)[:, :, :, None] / dd[:, None]
+    fixed[:, b1:b2].reshape(rows, 2, 2 * j, k)[...] = kink1[:, :, None, :]
+    # (A) free link target × gather at its kink, ordered (j, σ1)
+    free[:, b2:b3] = k1.reshape(rows, -1, 1)
+    fixed[:, b2:b3] = kink2 / dd
     # (A) both at kinks
-    fixed.append(np.minimum(kink1, kink2 / dd))
-    free.append(np.full(fixed[-1].shape, _INF))
-    # (B) tied at δ* = each distinct δ
-    valid_star = np.ones((*kt.shape[:2], 1), dtype=bool)
-    free.append((m[:, :, None, :] * kt[:, :, :, None]).reshape(rows, -1, k))
-    fixed.append(np.full(free[-1].shape, _INF))
-    # (B) tied, at a kink of the link term or of the gather term
-    fk = np.concatenate(
-        [m[:, :, None, :] * kink1[:, None, :, :], (m * (kink2 / star[:, :, None]))[:, :, None, :]], axis=2
-    )
-    fk = np.where(valid_star[:, :, :, None], fk, 0.0).reshape(rows, -1, k)
-    fixed.append(fk)
-    free.append(np.full(fk.shape, _INF))
-    free_all = np.minimum(np.concatenate(free, axis=1), interior)
-    pairs = zip(fixed, free, strict=True)
-    same = [f if f.shape == fr.shape else np.broadcast_to(f, fr.shape) for f, fr in pairs]
-    fixed_all = np.concatenate(same, axis=1)
-    return free_all, fixed_all
+    free[:, b3:b4] = _INF
+    fixed[:, b3:b4] = np.minimum(kink1, kink2 / dd)
+    # (B) tied at δ* = each distinct δ, ordered (δ*, slope)
+    free[:, b4:b5].reshape(rows, u, 5, k)[...] = m[:, :, None, :] * kt[:, :, :, None]
+    fixed[:, b4:b5] = _INF
+    # (B) tied, at a kink of the link term (two) or of the gather term, ordered (δ*, kink)
+    free[:, b5:b6] = _INF
+    tied_kinks = fixed[:, b5:b6].reshape(rows, u, 3, k)
+    tied_kinks[:, :, :2] = m[:, :, None, :] * kink1[:, None, :, :]
+    tied_kinks[:, :, 2] = m * (kink2 / star[:, :, None])
+    np.minimum(free, interior, out=free)
+    return free, fixed
 
 
 def _flat(x: FloatArray, lead: tuple[int, ...], rows: int) -> FloatArray:
@@ -305,15 +305,14 @@ def _normalise(
     base = np.where(on, z / fixed, 0.0)  # ζ/F (0 when F = ∞)
     slope = np.where(finite, z / free, 0.0)  # ζ/c
     bp = np.where(finite, free / fixed, _INF)
-    order = np.argsort(bp, axis=-1)
-    bps = take_last(bp, order)
-    base_s = take_last(base, order)
-    slope_s = take_last(slope, order)
+    flat = np.argsort(bp, axis=-1) + row_offsets(bp.shape[:-1], bp.shape[-1])  # one sort, three gathers
+    bps = bp.reshape(-1)[flat]
+    base_s = base.reshape(-1)[flat]
+    lin = np.cumsum(slope.reshape(-1)[flat], axis=-1)
     rest = base_s.sum(axis=-1, keepdims=True) - np.cumsum(base_s, axis=-1)
-    lin = np.cumsum(slope_s, axis=-1)
     y = (1.0 - rest) / lin
-    nxt = np.concatenate([bps[..., 1:], np.full((*bps.shape[:-1], 1), _INF)], axis=-1)
-    valid = (lin > 0) & (y >= bps * (1 - 1e-12)) & (y <= nxt * (1 + 1e-12)) & np.isfinite(bps)
+    valid = (lin > 0) & (y >= bps * (1 - 1e-12)) & np.isfinite(bps)
+    valid[..., :-1] &= y[..., :-1] <= bps[..., 1:] * (1 + 1e-12)  # below the next switch point (last: ∞)
     y_sol = np.max(np.where(valid, y, -1.0), axis=-1)
     feasible = y_sol > 0
     s = np.where(feasible, 1.0 / np.where(feasible, y_sol, 1.0), _INF)
@@ -343,4 +342,4 @@ def _cost(
         + c1[:, None] * (np.maximum(stage_f[:, None], link) + np.maximum(stage_b[:, None], link))
         + c2[:, None] * np.maximum(floor[:, None], b_bits * z2)
     )
-    return np.where(np.all(np.isfinite(np.where(on, u, 0.0)), axis=-1), cost, _INF)
+    return np.where(np.isfinite(uu).all(axis=-1), cost, _INF)

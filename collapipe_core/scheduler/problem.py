@@ -152,13 +152,13 @@ class RoundProblem:
 def take_last(values: npt.NDArray[_T], index: IntArray) -> npt.NDArray[_T]:
     """``np.take_along_axis(values, index, axis=-1)`` for arrays with the same leading shape, by one flat
     gather (numpy's general version builds an index per axis in Python: slow on the solvers' small arrays)."""
-    offsets: IntArray = _row_offsets(index.shape[:-1], values.shape[-1])
+    offsets: IntArray = row_offsets(index.shape[:-1], values.shape[-1])
     out: npt.NDArray[_T] = np.asarray(values).reshape(-1)[index + offsets]
     return out
 
 
 @functools.lru_cache(maxsize=256)
-def _row_offsets(lead: tuple[int, ...], width: int) -> IntArray:
+def row_offsets(lead: tuple[int, ...], width: int) -> IntArray:
     """The flat offset of each row's first element, (*lead, 1); cached (read-only): the shapes repeat."""
     offsets = np.arange(0, math.prod(lead) * width, width).reshape((*lead, 1))
     offsets.flags.writeable = False

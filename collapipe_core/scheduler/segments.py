@@ -27,7 +27,10 @@ Memory caps (they depend on M) bound every δ_k; unavailable devices have cap 0.
 Cost of the DP: O(rows × pairs × K × L × D) with D the largest cap. After the first chunk of pairs
 only the rows with a pair left above their bound are solved, and the transition min_d dp[j − d] + c(d)
 reads the table through a strided window (no gather of an (L + 1) × D index), so large rounds with
-many TEBs stay within the decision-time goals (docs/scheduler.md).
+many TEBs stay within the decision-time goals (docs/scheduler.md). Work the DP's answer cannot depend on
+is skipped: the first device's continuations (nothing has started before it), each device's window is
+only as wide as its largest cap, and a device updates only the dp[j] from which the devices after it
+can still reach j = L (the last one only dp[L]).
 """
 
 from __future__ import annotations
@@ -240,7 +243,6 @@ def _dp(
     j = np.arange(L + 1)
     d = np.arange(1, max(int(caps.max()), 1) + 1)  # no device takes more than the largest cap
     pad = np.full((rows, pairs, L), _INF)  # dp padded with L infeasible entries: index j − d + L
-    first_window = L - d.size  # windows of D entries of the padded dp, one per j (reversed: d = 1 first)
     r_idx, p_idx = np.arange(rows)[:, None], np.arange(pairs)[None, :]
     dp = np.full((rows, pairs, L + 1), _INF)  # schedule started; "not started" is only j = 0
     choice = np.zeros((k, rows, pairs, L + 1), dtype=np.int64)
@@ -258,29 +260,45 @@ def _dp(
     )
     t_o = take_last(sc.link_s, order)[:, None, :]
     start_all = _maxima(*cols, xx[:, :, None], t_o, gg[:, :, None])
+    # TEBs the devices after each step can still take (the largest over rows and pairs): at step s only
+    # dp[j] with j ≥ L − that can lead to a full placement, so the others are not updated (they are read
+    # only where the cost of d TEBs is ∞, and backtracking from j = L never reaches them)
+    later = np.cumsum(caps_o[:, :, ::-1], axis=2)[:, :, ::-1] - caps_o  # (R, C, K)
+    lowest = [max(0, L - int(later[:, :, step].max())) for step in range(k)]
     for step in range(k):
+        lo = lowest[step]
         cap = caps_o[:, :, step]  # (R, C)
-        # (R, C, 1, D) cost of d TEBs on the device, ∞ above its cap
-        cost_d = np.where(d <= cap[:, :, None], cost_o[:, step][:, None, : d.size], _INF)[:, :, None, :]
         start_cost = start_all[:, :, step]  # (R, C)
-        padded = np.concatenate([pad, dp], axis=2)
-        # (R, C, L+1, D): dp[j − d] + cost of d TEBs, ∞ where j < d — a read-only strided view of the
-        # padded table (entry [j, i] is padded[first_window + j + i]), reversed so that d = 1 comes first
-        s0, s1, s2 = padded.strides
-        windows = as_strided(
-            padded[:, :, first_window:], (rows, pairs, L + 1, d.size), (s0, s1, s2, s2), writeable=False
-        )
-        cont = windows[:, :, :, ::-1] + cost_d
-        best_d = np.argmin(cont, axis=3)
-        best_c = take_last(cont, best_d[..., None])[..., 0]
-        first = np.concatenate([np.full((rows, 1), _INF), cost_o[:, step]], axis=1)  # j TEBs
-        can_start = (j[None, None, :] >= 1) & (j[None, None, :] <= cap[:, :, None])
+        width = int(cap.max())  # D of this device: above its largest cap every continuation is ∞
+        old = dp[:, :, lo:]
+        if step == 0 or width == 0:  # nothing started yet (dp all ∞) or no TEB fits: no continuation
+            best_c = np.full(old.shape, _INF)
+            best_d = np.zeros(old.shape, dtype=np.int64)
+        else:
+            # (R, C, 1, D) cost of d TEBs on the device, ∞ above its cap
+            cost_d = np.where(d[:width] <= cap[:, :, None], cost_o[:, step][:, None, :width], _INF)
+            padded = np.concatenate([pad, dp], axis=2)
+            # (R, C, L+1−lo, D): dp[j − d] + cost of d TEBs, ∞ where j < d — a read-only strided view of
+            # the padded table (entry [j, i] is padded[L − D + j + i]), reversed so that d = 1 comes first
+            s0, s1, s2 = padded.strides
+            windows = as_strided(
+                padded[:, :, L - width + lo :],
+                (rows, pairs, L + 1 - lo, width),
+                (s0, s1, s2, s2),
+                writeable=False,
+            )
+            cont = windows[:, :, :, ::-1] + cost_d[:, :, None, :]
+            best_d = np.argmin(cont, axis=3)
+            best_c = take_last(cont, best_d[..., None])[..., 0]
+        first = np.concatenate([np.full((rows, 1), _INF), cost_o[:, step]], axis=1)[:, lo:]  # j TEBs
+        jj = j[None, None, lo:]
+        can_start = (jj >= 1) & (jj <= cap[:, :, None])
         start = np.where(can_start, first[:, None, :] + start_cost[:, :, None], _INF)
-        new = np.minimum(dp, np.minimum(best_c, start))
-        improved = new < dp
-        choice[step] = np.where(improved, np.where(best_c <= start, best_d + 1, j[None, None, :]), 0)
-        started[step] = improved & (start < best_c)
-        dp = new
+        new = np.minimum(old, np.minimum(best_c, start))
+        improved = new < old
+        choice[step, :, :, lo:] = np.where(improved, np.where(best_c <= start, best_d + 1, jj), 0)
+        started[step, :, :, lo:] = improved & (start < best_c)
+        dp[:, :, lo:] = new
     delta = np.zeros((rows, pairs, k), dtype=np.int64)
     left = np.full((rows, pairs), L)
     done = np.zeros((rows, pairs), dtype=bool)
