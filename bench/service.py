@@ -12,7 +12,11 @@ default (SQLite + DB-tailing live channel), each served by uvicorn in a subproce
   whatever the earlier ones are doing, so a slow server's queueing shows in the latencies; a request
   still unanswered after 10 s counts as a timeout). Goal: p99 <= 50 ms. The production stack is
   loaded with each of ``--api-workers`` uvicorn processes (``collapipe serve --workers N``, which
-  needs the Celery executor); the embedded default always serves from one process.
+  needs the Celery executor); the embedded default always serves from one process. With each load,
+  ``cpu``: CPU milliseconds per answered request spent by the API's processes (and each process's
+  share of a core), by the load generator and, on the production stack, by all PostgreSQL
+  processes of the host (the load's three consumers of the same cores); and the cores kept busy
+  meanwhile by everything else on the host (``other_processes_cores``: a loaded machine shows here).
 - ``ingest``: round records per second stored through the SQL sink (``SqlRoundSink``: one fenced
   transaction per round, then the live publish), 1,000 rounds x 20 devices.
 
@@ -28,6 +32,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
 import secrets
 import sys
 import tempfile
@@ -206,17 +211,84 @@ def bench_live(
 # -- API under load ---------------------------------------------------------------------------------
 
 
-def api_load(api_url: str, token: str, paths: dict[str, str], rate: float, seconds: float) -> dict[str, Any]:
-    """``paths`` (label -> path) requested in turn at ``rate`` requests/s in total for ``seconds``."""
+def api_load(
+    api_url: str,
+    token: str,
+    paths: dict[str, str],
+    rate: float,
+    seconds: float,
+    api_group: int,
+    postgres: bool,
+) -> dict[str, Any]:
+    """``paths`` (label -> path) requested in turn at ``rate`` requests/s in total for ``seconds``.
+
+    Also the CPU time spent meanwhile, per request answered: by the API's processes (the process
+    group ``api_group``; each process's share of a core too), by the load generator (this process)
+    and, if ``postgres``, by every PostgreSQL process of the host (other users of the server count).
+    """
     headers = {"Authorization": f"Bearer {token}"}
+    api_before, pg_before = process_cpu_s(in_group(api_group)), process_cpu_s(is_postgres)
+    host_before, generator_before, started = host_busy_s(), time.process_time(), time.perf_counter()
     stats = asyncio.run(
         paced_load(api_url, headers, list(paths.values()), rate, seconds, timeout_s=REQUEST_TIMEOUT_S)
     )
+    generator_s, elapsed = time.process_time() - generator_before, time.perf_counter() - started
+    host_s = host_busy_s() - host_before
+    api_after, pg_after = process_cpu_s(in_group(api_group)), process_cpu_s(is_postgres)
+    answered = max(1, sum(len(stats[path].latencies_ms) for path in paths.values()))
+    api_s = {pid: api_after[pid] - api_before.get(pid, 0.0) for pid in api_after}
+
+    def per_request_ms(cpu_s: float) -> float:
+        return round(cpu_s * 1000 / answered, 3)
+
+    cpu: dict[str, Any] = {
+        "api_ms_per_request": per_request_ms(sum(api_s.values())),
+        "api_core_share_by_process": sorted((round(s / elapsed, 3) for s in api_s.values()), reverse=True),
+        "load_generator_ms_per_request": per_request_ms(generator_s),
+    }
+    pg_s = sum(pg_after[pid] - pg_before.get(pid, 0.0) for pid in pg_after)
+    if postgres:
+        cpu["postgres_ms_per_request"] = per_request_ms(pg_s)
+    # whatever else ran on the host meanwhile (other users' jobs): cores busy beyond the three above
+    others_s = host_s - sum(api_s.values()) - generator_s - pg_s
+    cpu["other_processes_cores"] = round(max(0.0, others_s) / elapsed, 2)
     return {
         "seconds": seconds,
         "request_timeout_s": REQUEST_TIMEOUT_S,
         **{label: stats[path].summary() for label, path in paths.items()},
+        "cpu": cpu,
     }
+
+
+def process_cpu_s(select: Callable[[str, list[str]], bool]) -> dict[int, float]:
+    """User + system CPU seconds of each process whose (name, /proc stat fields) ``select`` accepts."""
+    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    found: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()  # fields[0] is the state, as in proc(5)'s 3rd
+        if select(name, fields):
+            found[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) * tick_s
+    return found
+
+
+def host_busy_s() -> float:
+    """CPU seconds all cores of the host spent busy since boot (/proc/stat: all but idle and iowait)."""
+    fields = [int(n) for n in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def in_group(group: int) -> Callable[[str, list[str]], bool]:
+    return lambda _name, fields: int(fields[2]) == group
+
+
+def is_postgres(name: str, _fields: list[str]) -> bool:
+    return name == "postgres"
 
 
 # -- one stack ---------------------------------------------------------------------------------------
@@ -277,13 +349,15 @@ def measure_stack(
         processes = ProcessGroup(env, log_dir / f"{name}-{workers}")
         port = free_port()
         try:
-            start_api(processes, port, workers)
+            api = start_api(processes, port, workers)
             api_url = f"http://127.0.0.1:{port}"
             if "live_latency_ms" not in report:
                 report["live_latency_ms"] = _live(api_url, token, database_url, config, results, redis, args)
             load = {}
             for rate in args.rates:
-                load[f"{rate:g}_per_s"] = api_load(api_url, token, paths, rate, args.seconds)
+                load[f"{rate:g}_per_s"] = api_load(
+                    api_url, token, paths, rate, args.seconds, api.pid, postgres=redis is not None
+                )
                 time.sleep(2.0)  # let the server drain before the next rate
             report[f"api_latency_ms_{workers}_process{'es' if workers > 1 else ''}"] = load
         finally:
