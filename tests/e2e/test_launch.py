@@ -120,5 +120,7 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
         )
     expect(page.locator(".page-head .status")).to_have_text("succeeded", timeout=30_000)
     expect(page.locator("[data-tile='rounds']")).to_have_text("30 / 30")
+    # the segment heatmap is not redrawn off screen: it catches up once scrolled into view
+    page.locator("#chart-segments").scroll_into_view_if_needed()
     page.wait_for_function("document.getElementById('chart-segments').data[0].x.length === 30")
     screenshot(page, "run-live-finished")

@@ -1,6 +1,8 @@
 // Per-device charts over rounds, one trace per device and series. History comes downsampled from
 // GET /api/runs/{id}/devices; live rounds are appended with Plotly.extendTraces (one call per chart
-// per batch of rounds), so nothing is re-rendered from scratch while a run streams.
+// per batch of rounds). A live redraw costs plotly.js a full replot of the chart (~5–7 ms for a
+// cluster's devices), mostly fixed per chart: the axes are liveAxis() (no tick label measuring),
+// and long live series are thinned in their older part (thinTrace) so the cost stays bounded.
 //
 // Devices are loaded on demand (a big network opens on one cluster): addDevices() adds their traces.
 // Constant per-device lines (capacity, budget) are one trace of segments per chart, and measured
@@ -8,7 +10,7 @@
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
-import { PLOT_CONFIG, baseLayout, deviceColor, plotly, purge } from '../plot.js';
+import { PLOT_CONFIG, baseLayout, deviceColor, liveAxis, plotly, purge, thinTrace } from '../plot.js';
 
 /** The process's measured peak resident set from DeviceRecord.measured (distributed executor), in bytes. */
 function measuredMemory(device) {
@@ -138,7 +140,8 @@ export class DeviceChart {
     const layout = baseLayout({
       showlegend: showLegend,
       margin: { l: 58, r: 12, t: showLegend ? 30 : 8, b: 40 },
-      yaxis: { gridcolor: '#eef1f5', zeroline: false, automargin: true, ...axisFormat(this.def.unit) },
+      xaxis: liveAxis({ title: { text: 'round' } }),
+      yaxis: liveAxis(axisFormat(this.def.unit)),
     });
     plotly().newPlot(this.el, [...head, ...traces], layout, PLOT_CONFIG);
     this.drawn = true;
@@ -183,6 +186,7 @@ export class DeviceChart {
         }
       }
       for (const [index, column] of columns) {
+        thinTrace(this.el.data[index], column.x.length);
         xs.push(column.x);
         ys.push(column.y);
         indices.push(index);

@@ -3,7 +3,7 @@
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
-import { PLOT_CONFIG, baseLayout, plotly, purge, seriesColor } from '../plot.js';
+import { PLOT_CONFIG, baseLayout, liveAxis, plotly, purge, seriesColor, thinTrace } from '../plot.js';
 
 const max = (values) => (values && values.length ? Math.max(...values) : null);
 
@@ -59,9 +59,9 @@ export class RoundChart {
     const layout = baseLayout({
       showlegend: true,
       annotations: this.empty ? [EMPTY_NOTE] : [],
-      
       margin: { l: 58, r: 12, t: 24, b: 40 },
-      yaxis: { gridcolor: '#eef1f5', zeroline: false, automargin: true, ...axisFormat(this.def.unit) },
+      xaxis: liveAxis({ title: { text: 'round' } }),
+      yaxis: liveAxis(axisFormat(this.def.unit)),
     });
     plotly().newPlot(this.el, traces, layout, PLOT_CONFIG);
     this.drawn = true;
@@ -82,6 +82,7 @@ export class RoundChart {
         y.push(value);
       }
       if (x.length) {
+        thinTrace(this.el.data[i], x.length);
         xs.push(x);
         ys.push(y);
         indices.push(i);

@@ -71,10 +71,11 @@ export class SegmentCharts {
     this.schedule();
   }
 
-  /** Redraw at most once per HEATMAP_REFRESH_MS on screen, three times less often off screen. */
-  schedule() {
-    if (this.timer || !this.dirty) return;
-    const delay = this.visible === false ? 3 * HEATMAP_REFRESH_MS : HEATMAP_REFRESH_MS;
+  /** Redraw at most once per HEATMAP_REFRESH_MS while on screen; off screen not at all (a redraw
+   * of the heatmap and the bars takes tens of milliseconds, which would hold up the next live
+   * round on the charts in view): they catch up as soon as they scroll into view. */
+  schedule(delay = HEATMAP_REFRESH_MS) {
+    if (this.timer || !this.dirty || this.visible === false) return;
     this.timer = setTimeout(() => {
       this.timer = null;
       this.dirty = false;
@@ -85,7 +86,11 @@ export class SegmentCharts {
 
   setVisible(visible) {
     this.visible = visible;
-    this.schedule();
+    if (!visible && this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    this.schedule(0);
   }
 
   /** The latest decision from /decisions (history) — {round, decision: {clusters: [...]}}. */
@@ -99,6 +104,10 @@ export class SegmentCharts {
   }
 
   showCut(cut, round) {
+    this.cutNote.textContent = `The encoder's TEBs by device (in pipeline order) in round ${round}.`;
+    const key = JSON.stringify(cut);
+    if (key === this.cutKey) return; // the allocation drawn already: no redraw
+    this.cutKey = key;
     const clusters = [...new Set(cut.map((c) => c.cluster))].sort((a, b) => a - b);
     const labels = clusters.map((c) => `cluster ${c}`);
     const byDeviceIndex = new Map();
@@ -120,7 +129,6 @@ export class SegmentCharts {
       xaxis: { title: { text: 'TEBs (encoder order)' }, gridcolor: '#eef1f5', dtick: 1, automargin: true },
       yaxis: { autorange: 'reversed', automargin: true },
     });
-    this.cutNote.textContent = `The encoder's TEBs by device (in pipeline order) in round ${round}.`;
     plotly().react(this.cutEl, traces, layout, PLOT_CONFIG);
   }
 

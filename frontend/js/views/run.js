@@ -274,6 +274,7 @@ export function mountRun(main, { runId }) {
   function flush() {
     frame = null;
     if (closed || !pending.length || !body.dataset.ready) return;
+    const flushStartUnixMs = nowUnixMs();
     const batch = pending;
     pending = [];
     for (const chart of [...parts.device, ...parts.round]) {
@@ -296,7 +297,7 @@ export function mountRun(main, { runId }) {
     const drawn = nowUnixMs();
     stats.flushes += 1;
     for (const event of batch) {
-      recordDraw({ runId: run.id, round: event.round.round, eventId: event.eventId, publishedUnixMs: event.published_unix_ms ?? null, receivedUnixMs: event.receivedUnixMs, drawnUnixMs: drawn });
+      recordDraw({ runId: run.id, round: event.round.round, eventId: event.eventId, publishedUnixMs: event.published_unix_ms ?? null, receivedUnixMs: event.receivedUnixMs, flushStartUnixMs, drawnUnixMs: drawn });
     }
     scheduleIdle();
   }
