@@ -30,7 +30,9 @@ solved by Newton's method in ln(1 + x); then x is clipped to the power limit x �
 (A_k = 0 gives p_max; when no link of the batch has an energy weight, Newton's method is not run).
 p_k = β_k·W·N0·x_k/h_k.
 
-The two blocks alternate; every iterate is scored exactly and the best is kept.
+The two blocks alternate; every iterate is scored exactly and the best is kept. Without energy weights
+every link sits at p_max, so a round depends only on the β it starts from: a batch (or, for rows of single
+clusters, a row) whose β comes back unchanged stops, since its further rounds would repeat the last one.
 """
 
 from __future__ import annotations
@@ -120,21 +122,25 @@ def allocate_links(
     c, d = _rate_model(pr, beta, x, on)
     beta, bracket = bandwidth_step(pr, terms, delta, c, d)
     x = np.minimum(x, snr_limit(pr, beta))
+    if not np.any(weight > 0) and delta.ndim == 2 and pr.shape[0] == delta.shape[0]:
+        best, best_beta, best_x = _rounds_at_max_power(
+            pr, terms, delta, weight, beta, (best, best_beta, best_x), rounds
+        )
+        rounds = 0
     # with no energy weight anywhere the power step is p_max at every price: the lowest price stands
     # for all of them (the same pick, centre and spread as PRICES identical trials)
     prices = PRICES if np.any(weight > 0) else 1
     for _ in range(rounds):
+        start = beta
         mu = _price_levels(bracket, center, spread, prices)  # (..., N, P)
         rate = beta * pr.bandwidth_hz * np.log2(1.0 + x)
         marginal = np.where(on, rate**2 / np.where(on, d, 1.0), 0.0)  # 1/(d·u²)
         omega = np.moveaxis(mu, -1, -2)[..., None] * marginal[..., None, :, :]
         beta_w = np.broadcast_to(beta[..., None, :, :], omega.shape)
         trial_x = power_step(pr, beta_w, omega, weight_w, on_w)
-        tc, td = _rate_model(pr, beta_w, trial_x, on_w)
-        trial_beta, trial_bracket = bandwidth_step(pr, wide, np.broadcast_to(delta_w, omega.shape), tc, td)
-        trial_x = np.where(trial_x >= snr_limit(pr, beta_w) * (1 - 1e-9), snr_limit(pr, trial_beta), trial_x)
-        trial_x = np.minimum(trial_x, snr_limit(pr, trial_beta))
-        trial = _score(pr, wide, delta_w, trial_beta, trial_x, weight_w)  # (..., P, N)
+        trial_beta, trial_x, trial, td, trial_bracket = _trial(
+            pr, wide, np.broadcast_to(delta_w, omega.shape), beta_w, trial_x, weight_w
+        )  # (..., P, N, K), trial (..., P, N)
         pick = np.argmin(trial, axis=-2)  # (..., N)
         # the picked price's figures: a one-hot mask over the price axis (exact: one term, the rest 0)
         chosen = np.arange(trial.shape[-2])[:, None] == pick[..., None, :]  # (..., P, N)
@@ -150,11 +156,66 @@ def allocate_links(
         best = np.where(better, score, best)
         best_beta = np.where(better[..., None], beta, best_beta)
         best_x = np.where(better[..., None], x, best_x)
+        if prices == 1 and np.array_equal(beta, start):
+            break  # a round starting from the same β again would repeat this one (see _rounds_at_max_power)
     power = np.where(on, best_beta * pr.bandwidth_hz * pr.noise_w_per_hz * best_x / pr.gain, 0.0)
     return best_beta, np.minimum(power, pr.max_power_w), best
 
 
 PRICES = 3
+
+
+def _trial(
+    pr: RoundProblem,
+    terms: ClusterTerms,
+    delta: IntArray,
+    beta: FloatArray,
+    x: FloatArray,
+    weight: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The bandwidth step at the SNRs x reached on β, x held at the power limit where it was there:
+    (β', x', score, d of the rate model, price bracket)."""
+    on = delta > 0
+    limit = snr_limit(pr, beta)
+    tc, td = _rate_model(pr, beta, x, on)
+    new_beta, bracket = bandwidth_step(pr, terms, delta, tc, td)
+    new_limit = snr_limit(pr, new_beta)
+    new_x = np.minimum(np.where(x >= limit * (1 - 1e-9), new_limit, x), new_limit)
+    return new_beta, new_x, _score(pr, terms, delta, new_beta, new_x, weight), td, bracket
+
+
+def _rounds_at_max_power(
+    pr: RoundProblem,
+    terms: ClusterTerms,
+    delta: IntArray,
+    weight: FloatArray,
+    beta: FloatArray,
+    best: tuple[FloatArray, FloatArray, FloatArray],
+    rounds: int,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The rounds of :func:`allocate_links` for rows (R, K) of single clusters without energy weights.
+
+    Every link then sits at p_max whatever the price, so a round maps the β it starts from to the next
+    β, its SNRs and score, and nothing else: a row whose β comes back unchanged would repeat the same
+    round and is dropped. The rest are solved as before (the rows are independent), so the figures are
+    those of every row running every round. ``best`` is (score, β, x) so far; returns it updated."""
+    score, best_beta, best_x = (b.copy() for b in best)
+    active = np.arange(delta.shape[0])
+    for _ in range(rounds):
+        sub = pr.rows(active) if active.size < delta.shape[0] else pr
+        on = delta[active] > 0
+        x = np.where(on, snr_limit(sub, beta), 0.0)  # the power step at p_max
+        sub_terms = ClusterTerms(*(np.asarray(getattr(terms, f))[active] for f in terms.__dataclass_fields__))
+        new_beta, new_x, trial, _, _ = _trial(sub, sub_terms, delta[active], beta, x, weight[active])
+        better = trial < score[active]
+        score[active] = np.where(better, trial, score[active])
+        best_beta[active] = np.where(better[:, None], new_beta, best_beta[active])
+        best_x[active] = np.where(better[:, None], new_x, best_x[active])
+        moving = np.any(new_beta != beta, axis=1)
+        active, beta = active[moving], new_beta[moving]
+        if active.size == 0:
+            break
+    return score, best_beta, best_x
 
 
 def _price_levels(

@@ -24,7 +24,7 @@ import numpy as np
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.allocation import allocate_links, cluster_terms
 from collapipe_core.scheduler.linkmemo import LinkMemo
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet, take_last
 
 WEIGHTS = (1.0, 0.5, 0.25, 0.1, 0.03, 0.0)
 EXACT_CLUSTERS = 4
@@ -189,6 +189,6 @@ def _sweeps(v: float, pipe: FloatArray, gather: FloatArray, energy: FloatArray) 
 def _others_max(x: FloatArray) -> FloatArray:
     """For each column, the maximum over the other columns (B, N)."""
     order = np.argsort(-x, axis=1)
-    first = np.take_along_axis(x, order[:, :1], axis=1)
-    second = np.take_along_axis(x, order[:, 1:2], axis=1) if x.shape[1] > 1 else np.full_like(first, -np.inf)
+    first = take_last(x, order[:, :1])
+    second = take_last(x, order[:, 1:2]) if x.shape[1] > 1 else np.full_like(first, -np.inf)
     return np.where(np.arange(x.shape[1])[None, :] == order[:, :1], second, first)

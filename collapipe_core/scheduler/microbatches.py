@@ -90,7 +90,7 @@ def _greedy(pr: RoundProblem, units: IntArray, eta: FloatArray) -> IntArray:
     _s_count, _p, n = units.shape
     order = np.argsort(eta, axis=1)  # (S, N) cheapest first
     cost = take_last(eta, order)[:, None, :]
-    extra = np.take_along_axis(units - 1, np.broadcast_to(order[:, None, :], units.shape), axis=2)
+    extra = take_last(units - 1, np.broadcast_to(order[:, None, :], units.shape))
     before = np.cumsum(extra, axis=2) - extra
     gain = pr.V * pr.lambda_ * pr.gradient_variance / pr.microbatch_size
     ratio = np.where(cost > 0, gain / np.where(cost > 0, cost, 1.0), np.inf)

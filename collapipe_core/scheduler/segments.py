@@ -126,7 +126,7 @@ def best_segments(
         live = take_last(lower, idx) < best[:, None] * (1 - 1e-12)
         if not np.any(live):
             break
-        sel_caps = np.where(live[:, :, None], np.take_along_axis(caps, idx[:, :, None], axis=1), 0)
+        sel_caps = np.where(live[:, :, None], caps[np.arange(rows)[:, None], idx], 0)
         sel_x, sel_g = take_last(xb, idx), take_last(gb, idx)
         busy = np.any(live, axis=1)
         if np.all(busy):
@@ -168,7 +168,7 @@ def _threshold_candidates(
     on = current > 0
     idx = np.clip(current - 1, 0, L - 1)[:, :, None]
     x_now = np.max(np.where(on, current * sc.compute_s, 0.0), axis=1)
-    g_now = np.max(np.where(on, np.take_along_axis(sc.gather_s, idx, axis=2)[:, :, 0], 0.0), axis=1)
+    g_now = np.max(np.where(on, take_last(sc.gather_s, idx)[:, :, 0], 0.0), axis=1)
     width = max(int(np.sqrt(max_pairs)), 2)
     return _window(xv, x_now, width), _window(gv, g_now, width)
 
@@ -190,7 +190,7 @@ def _window(values: FloatArray, now: FloatArray, width: int) -> FloatArray:
         return values
     pos = np.argmin(np.abs(values - now[:, None]), axis=1)
     start = np.clip(pos - width // 2, 0, values.shape[1] - width)
-    return np.take_along_axis(values, start[:, None] + np.arange(width)[None, :], axis=1)
+    return take_last(values, start[:, None] + np.arange(width)[None, :])
 
 
 def _pair_caps(sc: SegmentCosts, xb: FloatArray, gb: FloatArray, L: int) -> IntArray:
@@ -213,8 +213,8 @@ def _lower_bound(sc: SegmentCosts, caps: IntArray, xb: FloatArray, gb: FloatArra
     allowed = d[None, None, None, :] <= caps[:, :, :, None]  # (R, P, K, L)
     rate = np.min(np.where(allowed, per[:, None], _INF), axis=3)  # (R, P, K)
     order = np.argsort(rate, axis=2)
-    r_s = np.take_along_axis(rate, order, axis=2)
-    c_s = np.take_along_axis(caps, order, axis=2).astype(np.float64)
+    r_s = take_last(rate, order)
+    c_s = take_last(caps, order).astype(np.float64)
     before = np.cumsum(c_s, axis=2) - c_s
     take = np.clip(L - before, 0, c_s)
     lp = np.sum(np.where(take > 0, r_s * take, 0.0), axis=2)
