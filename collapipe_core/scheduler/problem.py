@@ -24,6 +24,7 @@ For 1F1B the solvers use the same closed form as their latency model (the cost m
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -122,8 +123,12 @@ class RoundProblem:
 
     def rows(self, clusters: IntArray) -> RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
-        a batch of independent single-cluster sub-problems solved side by side."""
-        return dataclasses.replace(self, **{name: getattr(self, name)[clusters] for name in DEVICE_FIELDS})
+        a batch of independent single-cluster sub-problems solved side by side. (A copy with the device
+        arrays replaced: what dataclasses.replace gives, without re-running __init__ over every field.)"""
+        rows = copy.copy(self)
+        for name in DEVICE_FIELDS:
+            object.__setattr__(rows, name, getattr(self, name)[clusters])
+        return rows
 
     def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
         """Most TEBs each device can hold with M micro-batches (``micro`` broadcasts against (..., N)).

@@ -188,7 +188,10 @@ def link_snr(
     p_max (``pmax_gain`` = p_max·h, broadcast like u)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         y = np.where(weight > 0, mu / (pr.bandwidth_hz * u * weight), np.inf)
-    x = solve_foc(np.minimum(y, 1e300))
+    if np.all(y == np.inf):  # no energy weight: every entry solves the same equation (y = 1e300), once
+        x = np.full(y.shape, solve_foc(np.full(1, 1e300))[0])
+    else:
+        x = solve_foc(np.minimum(y, 1e300))
     # power cap: x/log2(1 + x) ≤ c; iterate x ← c·log2(1 + x), which decreases to the root from above
     c = pmax_gain * u / pr.noise_w_per_hz
     cap = np.maximum(c, 1.0)
