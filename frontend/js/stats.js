@@ -1,6 +1,8 @@
 // Measurements the benchmark (bench/dashboard.py) and the browser tests read from the page:
 // window.collapipeStats.draws — one entry per live round drawn: round, event id, the publisher's
-// stamp if the event carries one, and the wall-clock time (performance.timeOrigin-aligned) it was drawn.
+// stamp if the event carries one, and wall-clock times (performance.timeOrigin-aligned) of its receipt,
+// of the start of the animation frame that drew it, and of its drawing (every on-screen chart's
+// Plotly.extendTraces returned).
 
 const MAX_DRAWS = 5000;
 
