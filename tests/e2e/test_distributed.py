@@ -35,7 +35,8 @@ MIB = 2**20
 def _trace(page: Page, chart: str, name: str) -> dict[str, Any]:
     trace: dict[str, Any] | None = page.evaluate(
         "([chart, name]) => { const t = document.getElementById(chart).data.find(t => t.name === name);"
-        " return t ? {x: Array.from(t.x), y: Array.from(t.y), showlegend: t.showlegend} : null; }",
+        " return t ? {x: Array.from(t.x), y: Array.from(t.y), showlegend: t.showlegend, meta: t.meta}"
+        " : null; }",
         [chart, name],
     )
     assert trace is not None, f"{chart} has no trace named {name!r}"
@@ -84,10 +85,11 @@ def _check_measured_view(page: Page, stored: dict[int, dict[str, dict[str, float
 
     # the per-device memory chart: a measured trace (in the legend) beside the modeled lines
     page.wait_for_function(
-        "document.getElementById('chart-memory').data"
+        "document.getElementById('chart-devices').data"
         ".some(t => t.name === 'measured process peak RSS' && t.x.length === 4)"
     )
-    process = _trace(page, "chart-memory", "measured process peak RSS")
+    process = _trace(page, "chart-devices", "measured process peak RSS")
+    assert process["meta"] == {"chart": "memory", "kind": "measured"}  # on the memory subplot
     assert process["showlegend"] is True
     points = sorted(zip(process["x"], process["y"], strict=True))
     expected = sorted((r, stored[r][d]["peak_rss_bytes"]) for r in (0, 1) for d in DEVICES)
@@ -135,4 +137,4 @@ def test_a_distributed_run_launched_from_the_form_shows_measured_figures(
     section = page.locator("#chart-measured-memory").locator("xpath=ancestor::div[contains(@class,'grid-2')]")
     section.screenshot(path=str(ARTIFACTS / "run-distributed-measured-charts.png"))
     page.locator("#measured").screenshot(path=str(ARTIFACTS / "run-distributed-measured-table.png"))
-    page.locator("#chart-memory").screenshot(path=str(ARTIFACTS / "run-distributed-memory-chart.png"))
+    page.locator("#chart-devices").screenshot(path=str(ARTIFACTS / "run-distributed-device-charts.png"))

@@ -101,7 +101,10 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
     counts = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        count = page.evaluate("document.getElementById('chart-queue').data?.[0]?.x.length ?? 0")
+        count = page.evaluate(
+            "document.getElementById('chart-devices')?.data"
+            "?.find(t => t.meta?.chart === 'queue' && t.meta.device)?.x.length ?? 0"
+        )
         if not counts or count != counts[-1]:
             counts.append(count)
         if count >= 30:
@@ -112,14 +115,39 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
     assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
     draws = page.evaluate(f"window.collapipeStats.draws.filter(d => d.runId === {run_id}).length")
     assert draws >= 1, "no round arrived through the live stream"
-    # charts off screen catch up a moment later (they are redrawn in batches when the page is idle)
-    for chart in ("latency", "memory", "energy", "bandwidth", "power", "loss"):
+    # every per-device chart (a subplot of one figure, with its title) gets every round; charts off
+    # screen catch up a moment later (they are redrawn in batches when the page is idle)
+    for chart, title in (
+        ("queue", "Virtual queue Q_k"),
+        ("latency", "Latency split: compute vs communication"),
+        ("memory", "Memory vs capacity"),
+        ("energy", "Energy vs budget"),
+        ("bandwidth", "Bandwidth share β_k"),
+        ("power", "Transmit power p_k"),
+    ):
+        expect(page.locator(f"#title-{chart}")).to_have_text(title)
         page.wait_for_function(
-            f"document.getElementById('chart-{chart}').data"
-            ".some(t => /^c\\d+-d\\d+$|_loss$/.test(t.name) && t.x.length === 30)"
+            "document.getElementById('chart-devices').data"
+            f".some(t => t.meta?.chart === '{chart}' && /^c\\d+-d\\d+$/.test(t.name) && t.x.length === 30)"
         )
+    page.wait_for_function(
+        "document.getElementById('chart-loss').data.some(t => /_loss$/.test(t.name) && t.x.length === 30)"
+    )
     expect(page.locator(".page-head .status")).to_have_text("succeeded", timeout=30_000)
     expect(page.locator("[data-tile='rounds']")).to_have_text("30 / 30")
+    # the live points are the stored records: every device's queue, round by round
+    with server.client() as client:
+        params = {"metric": "queue", "max_points": 1000}
+        stored = client.get(f"/api/runs/{run_id}/devices", params=params).raise_for_status().json()
+    shown = page.evaluate(
+        "Object.fromEntries(document.getElementById('chart-devices').data"
+        ".filter(t => t.meta?.chart === 'queue' && t.meta.device)"
+        ".map(t => [t.meta.device, {round: Array.from(t.x), value: Array.from(t.y)}]))"
+    )
+    assert sorted(shown) == sorted(stored["series"])
+    for device, series in stored["series"].items():
+        assert shown[device]["round"] == series["round"] == list(range(30)), device
+        assert shown[device]["value"] == pytest.approx(series["value"]), device
     # the segment heatmap is not redrawn off screen: it catches up once scrolled into view
     page.locator("#chart-segments").scroll_into_view_if_needed()
     page.wait_for_function("document.getElementById('chart-segments').data[0].x.length === 30")

@@ -39,6 +39,38 @@ def test_open_the_gantt_of_a_round(login: Login, server: Server, finished_runs: 
     expect(gantt).to_contain_text("has no stored round 99")
 
 
+# where round 5 of the first device is drawn on a per-device chart (a subplot), in the window
+POINT_POSITION = """(chart) => {
+  const el = document.getElementById('chart-devices');
+  const index = el.data.findIndex(t => t.meta?.chart === chart && t.meta.device);
+  const trace = el.data[index];
+  const i = trace.x.indexOf(5);
+  const full = el._fullLayout;
+  const xa = full.xaxis;
+  const ya = full[el._fullData[index].yaxis.replace('y', 'yaxis')];
+  const box = el.getBoundingClientRect();
+  return { x: box.left + xa._offset + xa.l2p(trace.x[i]), y: box.top + ya._offset + ya.l2p(trace.y[i]) };
+}"""
+
+
+@pytest.mark.parametrize("chart", ["queue", "power"])
+def test_clicking_a_point_of_a_per_device_chart_opens_its_round_in_the_gantt(
+    login: Login, server: Server, finished_runs: FinishedRuns, chart: str
+) -> None:
+    page = login("viewer")
+    page.goto(f"{server.url}/#/runs/{finished_runs.baseline}")
+    expect(page.locator("[data-ready='true']")).to_be_attached(timeout=15_000)
+    point = page.evaluate(POINT_POSITION, chart)
+    page.evaluate("(dy) => window.scrollBy(0, dy)", point["y"] - 500)  # the point in the middle of the window
+    page.wait_for_timeout(300)  # plotly's hover layer has caught up with the scroll
+    point = page.evaluate(POINT_POSITION, chart)
+    assert 0 < point["y"] < 1000, point
+    page.mouse.move(point["x"], point["y"])
+    page.mouse.click(point["x"], point["y"])
+    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "5")
+    expect(page.locator("#gantt")).to_contain_text("Round 5")
+
+
 def test_cancel_a_running_run(login: Login, server: Server) -> None:
     run_id = server.launch(tiny(rounds=5000), name="to cancel")
     page = login("operator")

@@ -1,8 +1,9 @@
-// Per-device charts over rounds, one trace per device and series. History comes downsampled from
-// GET /api/runs/{id}/devices; live rounds are appended with Plotly.extendTraces (one call per chart
-// per batch of rounds). A live redraw costs plotly.js a full replot of the chart (~5–7 ms for a
-// cluster's devices), mostly fixed per chart: the axes are liveAxis() (no tick label measuring),
-// and long live series are thinned in their older part (thinTrace) so the cost stays bounded.
+// Per-device charts over rounds, one trace per device and series, all subplots of one figure.
+// History comes downsampled from GET /api/runs/{id}/devices; live rounds are appended with one
+// Plotly.extendTraces per batch of rounds. A live redraw costs plotly.js a full replot of the
+// figure, mostly fixed per figure rather than per point: hence one figure with a subplot per chart
+// instead of a figure per chart. The axes are liveAxis() (no tick label measuring), and long live
+// series are thinned in their older part (thinTrace) so the cost stays bounded.
 //
 // Devices are loaded on demand (a big network opens on one cluster): addDevices() adds their traces.
 // Constant per-device lines (capacity, budget) are one trace of segments per chart, and measured
@@ -62,17 +63,44 @@ export function limitMetrics() {
   return DEVICE_CHARTS.filter((c) => c.limit).map((c) => c.limit.metric);
 }
 
-export class DeviceChart {
-  constructor(def, allDevices) {
-    this.def = def;
+// Figure geometry (px): every subplot has the same height, with its title in the gap above it.
+const SUBPLOT_HEIGHT = 150;
+const TITLE_GAP = 34; // the subplot's title (a heading over the figure)
+const FIGURE_TOP = 30; // the shared legend (up to 8 devices)
+const FIGURE_BOTTOM = 40;
+
+/**
+ * The per-device charts as one plotly.js figure: one subplot per chart of DEVICE_CHARTS, stacked,
+ * sharing the x axis (round), each with its own y axis and title. A live redraw of one figure costs
+ * plotly.js much less than one figure per chart: the fixed part of a replot (defaults, axes, trace
+ * setup) is paid once. Each trace carries ``meta`` = {chart, metric, device} (or {chart, kind} for
+ * the limit and measured traces) saying which chart, series and device it is.
+ */
+export class DeviceCharts {
+  constructor(defs, allDevices) {
+    this.defs = defs;
     this.allDevices = allDevices;
     this.colorIndex = new Map(allDevices.map((d, i) => [d, i]));
-    this.traceOf = new Map(); // `${seriesIndex}|${device}` -> trace index
-    this.limitValue = new Map(); // device -> constant limit (capacity, budget)
+    this.traceOf = new Map(); // `${chart}|${seriesIndex}|${device}` -> trace index
+    this.limitValue = new Map(defs.map((def) => [def.id, new Map()])); // chart -> device -> constant limit
+    this.fixedIndex = new Map(); // `${chart}|limit` or `${chart}|measured` -> trace index
+    this.loaded = new Set(); // devices with traces
     this.lastRound = 0;
-    this.el = h('div.chart', { id: `chart-${def.id}`, 'data-chart': def.id, role: 'img', 'aria-label': `${def.title} per device over rounds` });
-    this.panel = h('section.chart-panel', { 'aria-labelledby': `title-${def.id}` },
-      h('h3', { id: `title-${def.id}` }, def.title), h('p.chart-note', {}, def.note), this.el);
+    this.showLegend = allDevices.length <= 8;
+    this.height = FIGURE_TOP + defs.length * (TITLE_GAP + SUBPLOT_HEIGHT) + FIGURE_BOTTOM;
+    this.el = h('div.chart.chart-stack', {
+      id: 'chart-devices', 'data-chart': 'devices', role: 'img', style: `height: ${this.height}px`,
+      'aria-label': `Per device over rounds: ${defs.map((d) => d.title).join('; ')}`,
+    });
+    // each subplot's title is a heading laid over the figure, in the gap above the subplot: text in
+    // the figure itself (annotations) would be measured by plotly.js on every live redraw
+    const titles = defs.map((def, i) => h('h3.subplot-title', {
+      id: `title-${def.id}`, 'data-chart-title': def.id, style: `top: ${FIGURE_TOP + i * (TITLE_GAP + SUBPLOT_HEIGHT) + 15}px`,
+    }, def.title));
+    this.panel = h('section.chart-panel', { 'aria-labelledby': 'title-devices' },
+      h('h3.sr-only', { id: 'title-devices' }, 'Per device over rounds'),
+      h('ul.chart-notes', {}, defs.map((def) => h('li', { 'data-chart-note': def.id }, h('strong', {}, def.title), ': ', def.note))),
+      h('div.chart-stack-box', {}, this.el, titles));
     this.drawn = false;
   }
 
@@ -80,37 +108,46 @@ export class DeviceChart {
     return deviceColor(this.colorIndex.get(device), this.allDevices.length);
   }
 
+  /** Plotly's id of the y axis of the chart at ``index`` ('y', 'y2', ...). */
+  static yId(index) {
+    return index === 0 ? 'y' : `y${index + 1}`;
+  }
+
   deviceTraces(history, devices, firstIndex) {
     const traces = [];
-    const showLegend = this.allDevices.length <= 8;
-    this.def.series.forEach((s, si) => {
-      devices.forEach((device) => {
-        const data = history[s.metric]?.[device];
-        this.traceOf.set(`${si}|${device}`, firstIndex + traces.length);
-        if (data && data.round.length) this.lastRound = Math.max(this.lastRound, data.round[data.round.length - 1]);
-        traces.push({
-          type: 'scatter', mode: 'lines', name: device, legendgroup: device, showlegend: showLegend && si === 0,
-          x: data ? data.round.slice() : [], y: data ? data.value.slice() : [],
-          line: { color: this.color(device), width: 1.6, dash: s.dash || 'solid' },
-          hovertemplate: `${device} · ${s.metric}<br>round %{x}<br>%{y}<extra></extra>`,
+    this.defs.forEach((def, ci) => {
+      def.series.forEach((s, si) => {
+        devices.forEach((device) => {
+          const data = history[s.metric]?.[device];
+          this.traceOf.set(`${def.id}|${si}|${device}`, firstIndex + traces.length);
+          if (data && data.round.length) this.lastRound = Math.max(this.lastRound, data.round[data.round.length - 1]);
+          traces.push({
+            type: 'scatter', mode: 'lines', name: device, legendgroup: device,
+            showlegend: this.showLegend && ci === 0 && si === 0,
+            xaxis: 'x', yaxis: DeviceCharts.yId(ci), meta: { chart: def.id, metric: s.metric, device },
+            x: data ? data.round.slice() : [], y: data ? data.value.slice() : [],
+            line: { color: this.color(device), width: 1.6, dash: s.dash || 'solid' },
+            hovertemplate: `${device} · ${s.metric}<br>round %{x}<br>%{y}<extra></extra>`,
+          });
         });
       });
-    });
-    if (this.def.limit) {
-      for (const device of devices) {
-        const data = history[this.def.limit.metric]?.[device];
-        if (data && data.value.length) this.limitValue.set(device, data.value[data.value.length - 1]);
+      if (def.limit) {
+        for (const device of devices) {
+          const data = history[def.limit.metric]?.[device];
+          if (data && data.value.length) this.limitValue.get(def.id).set(device, data.value[data.value.length - 1]);
+        }
       }
-    }
+    });
+    devices.forEach((d) => this.loaded.add(d));
     return traces;
   }
 
-  /** The limit lines (capacity, budget) of every loaded device: one trace, null between segments. */
-  limitSegments() {
+  /** The limit lines (capacity, budget) of every loaded device of a chart: one trace, null between segments. */
+  limitSegments(def) {
     const x = [];
     const y = [];
     const text = [];
-    for (const [device, value] of this.limitValue) {
+    for (const [device, value] of this.limitValue.get(def.id)) {
       x.push(0, this.lastRound, null);
       y.push(value, value, null);
       text.push(device, device, null);
@@ -118,108 +155,134 @@ export class DeviceChart {
     return { x, y, text };
   }
 
-  /** First draw: the limit and measured traces (if any) first, then one trace per device and series. */
-  draw(history, devices) {
-    const fixed = [];
-    if (this.def.limit) fixed.push('limit');
-    if (this.def.measured) fixed.push('measured');
-    this.fixed = fixed;
-    const traces = this.deviceTraces(history, devices, fixed.length);
-    const head = fixed.map((kind) => (kind === 'limit'
-      ? {
-        type: 'scatter', mode: 'lines', name: this.def.limit.name, ...this.limitSegments(), connectgaps: false,
-        line: { color: '#8a97a6', width: 1, dash: 'dash' }, showlegend: false,
-        hovertemplate: `%{text} · ${this.def.limit.metric}<br>%{y}<extra></extra>`,
-      }
-      : {
-        type: 'scatter', mode: 'markers', name: this.def.measured.name, x: [], y: [], text: [], showlegend: false,
-        marker: { size: 7, color: [], symbol: 'circle-open', line: { width: 2 } },
-        hovertemplate: `%{text} · measured<br>round %{x}<br>%{y}<extra></extra>`,
-      }));
-    const showLegend = this.allDevices.length <= 8;
+  layout() {
+    const n = this.defs.length;
+    const area = n * (TITLE_GAP + SUBPLOT_HEIGHT); // the plot area: margins excluded
     const layout = baseLayout({
-      showlegend: showLegend,
-      margin: { l: 58, r: 12, t: showLegend ? 30 : 8, b: 40 },
-      xaxis: liveAxis({ title: { text: 'round' } }),
-      yaxis: liveAxis(axisFormat(this.def.unit)),
+      height: this.height,
+      showlegend: this.showLegend,
+      margin: { l: 58, r: 12, t: FIGURE_TOP, b: FIGURE_BOTTOM },
+      xaxis: liveAxis({ title: { text: 'round' }, anchor: DeviceCharts.yId(n - 1) }),
     });
-    plotly().newPlot(this.el, [...head, ...traces], layout, PLOT_CONFIG);
+    this.defs.forEach((def, i) => {
+      const top = 1 - (i * (TITLE_GAP + SUBPLOT_HEIGHT) + TITLE_GAP) / area;
+      const bottom = 1 - ((i + 1) * (TITLE_GAP + SUBPLOT_HEIGHT)) / area;
+      layout[i === 0 ? 'yaxis' : `yaxis${i + 1}`] = liveAxis({ ...axisFormat(def.unit), anchor: 'x', domain: [Math.max(0, bottom), top] });
+    });
+    return layout;
+  }
+
+  /** First draw: per chart its limit and measured traces (if any), then one trace per device and series. */
+  draw(history, devices) {
+    const head = [];
+    this.defs.forEach((def, ci) => {
+      const yaxis = DeviceCharts.yId(ci);
+      if (def.limit) {
+        this.fixedIndex.set(`${def.id}|limit`, head.length);
+        head.push({
+          type: 'scatter', mode: 'lines', name: def.limit.name, connectgaps: false, xaxis: 'x', yaxis,
+          meta: { chart: def.id, kind: 'limit', metric: def.limit.metric }, x: [], y: [], text: [],
+          line: { color: '#8a97a6', width: 1, dash: 'dash' }, showlegend: false,
+          hovertemplate: `%{text} · ${def.limit.metric}<br>%{y}<extra></extra>`,
+        });
+      }
+      if (def.measured) {
+        this.fixedIndex.set(`${def.id}|measured`, head.length);
+        head.push({
+          type: 'scatter', mode: 'markers', name: def.measured.name, x: [], y: [], text: [], showlegend: false,
+          xaxis: 'x', yaxis, meta: { chart: def.id, kind: 'measured' },
+          marker: { size: 7, color: [], symbol: 'circle-open', line: { width: 2 } },
+          hovertemplate: `%{text} · measured<br>round %{x}<br>%{y}<extra></extra>`,
+        });
+      }
+    });
+    const traces = this.deviceTraces(history, devices, head.length);
+    const data = [...head, ...traces];
+    this.refreshLimits(data);
+    plotly().newPlot(this.el, data, this.layout(), PLOT_CONFIG);
     this.drawn = true;
   }
 
   /** Add traces for devices loaded later (another cluster), from their history. */
   addDevices(history, devices) {
-    const fresh = devices.filter((d) => !this.traceOf.has(`0|${d}`));
+    const fresh = devices.filter((d) => !this.loaded.has(d));
     if (!fresh.length) return;
     const traces = this.deviceTraces(history, fresh, this.el.data.length);
+    this.refreshLimits(this.el.data);
     plotly().addTraces(this.el, traces);
-    this.refreshLimits();
   }
 
-  refreshLimits() {
-    if (!this.def.limit) return;
-    const { x, y, text } = this.limitSegments();
-    const trace = this.el.data[this.fixed.indexOf('limit')];
-    trace.x = x;
-    trace.y = y;
-    trace.text = text;
+  refreshLimits(data) {
+    for (const def of this.defs) {
+      if (!def.limit) continue;
+      Object.assign(data[this.fixedIndex.get(`${def.id}|limit`)], this.limitSegments(def));
+    }
   }
 
-  /** Append ``rounds`` (live events {round: RoundRecord, devices: [DeviceRecord]}); one redraw.
+  /** Append ``rounds`` (live events {round: RoundRecord, devices: [DeviceRecord]}); one redraw of the figure.
    * ``only``: a set of device ids to append for (devices just loaded), default all loaded ones. */
   extend(rounds, only = null) {
     if (!this.drawn || !rounds.length) return;
     const xs = [];
     const ys = [];
     const indices = [];
-    this.def.series.forEach((s, si) => {
-      const columns = new Map();
-      for (const event of rounds) {
-        for (const device of event.devices) {
-          if (only && !only.has(device.device_id)) continue;
-          const index = this.traceOf.get(`${si}|${device.device_id}`);
-          const value = device[s.metric];
-          if (index === undefined || value === null || value === undefined) continue;
-          if (!columns.has(index)) columns.set(index, { x: [], y: [] });
-          columns.get(index).x.push(event.round.round);
-          columns.get(index).y.push(value);
+    const data = this.el.data;
+    const roundIds = rounds.map((event) => event.round.round);
+    for (const def of this.defs) {
+      def.series.forEach((s, si) => {
+        const columns = new Map();
+        rounds.forEach((event, r) => {
+          for (const device of event.devices) {
+            if (only && !only.has(device.device_id)) continue;
+            const index = this.traceOf.get(`${def.id}|${si}|${device.device_id}`);
+            const value = device[s.metric];
+            if (index === undefined || value === null || value === undefined) continue;
+            let column = columns.get(index);
+            if (!column) { column = { x: [], y: [] }; columns.set(index, column); }
+            column.x.push(roundIds[r]);
+            column.y.push(value);
+          }
+        });
+        for (const [index, column] of columns) {
+          thinTrace(data[index], column.x.length);
+          xs.push(column.x);
+          ys.push(column.y);
+          indices.push(index);
+        }
+      });
+    }
+    this.lastRound = Math.max(this.lastRound, roundIds[roundIds.length - 1]);
+    const newest = rounds[rounds.length - 1].devices;
+    for (const def of this.defs) {
+      if (def.limit) {
+        for (const device of newest) {
+          if (this.loaded.has(device.device_id)) this.limitValue.get(def.id).set(device.device_id, device[def.limit.metric]);
         }
       }
-      for (const [index, column] of columns) {
-        thinTrace(this.el.data[index], column.x.length);
-        xs.push(column.x);
-        ys.push(column.y);
-        indices.push(index);
-      }
-    });
-    this.lastRound = Math.max(this.lastRound, rounds[rounds.length - 1].round.round);
-    if (this.def.limit) {
-      for (const device of rounds[rounds.length - 1].devices) {
-        if (this.traceOf.has(`0|${device.device_id}`)) this.limitValue.set(device.device_id, device[this.def.limit.metric]);
-      }
+      if (def.measured) this.extendMeasured(def, rounds, only);
     }
-    this.refreshLimits(); // in place: the redraw below picks it up
-    if (this.def.measured) this.extendMeasured(rounds, only);
+    this.refreshLimits(data); // in place: the redraw below picks it up
     if (indices.length) plotly().extendTraces(this.el, { x: xs, y: ys }, indices);
   }
 
   /** Measured figures of stored rounds ([{round, measured: {participant: figures}}], from the decision log API). */
   addMeasuredHistory(items) {
-    if (!this.drawn || !this.def.measured || !items.length) return;
+    const defs = this.defs.filter((def) => def.measured);
+    if (!this.drawn || !defs.length || !items.length) return;
     const events = items.map((item) => ({
       round: { round: item.round },
       devices: Object.entries(item.measured).map(([id, measured]) => ({ device_id: id, measured })),
     }));
-    this.extendMeasured(events, null);
+    for (const def of defs) this.extendMeasured(def, events, null);
     plotly().redraw(this.el);
   }
 
-  extendMeasured(rounds, only) {
-    const trace = this.el.data[this.fixed.indexOf('measured')];
+  extendMeasured(def, rounds, only) {
+    const trace = this.el.data[this.fixedIndex.get(`${def.id}|measured`)];
     for (const event of rounds) {
       for (const device of event.devices) {
-        const value = this.def.measured.value(device);
-        if (value === null || !this.traceOf.has(`0|${device.device_id}`)) continue;
+        const value = def.measured.value(device);
+        if (value === null || !this.loaded.has(device.device_id)) continue;
         if (only && !only.has(device.device_id)) continue;
         trace.x.push(event.round.round);
         trace.y.push(value);
@@ -231,16 +294,12 @@ export class DeviceChart {
     trace.showlegend = trace.x.length > 0;
   }
 
-  /** Show only the devices ``visible(deviceId)`` accepts (fixed traces always shown). */
+  /** Show only the devices ``visible(deviceId)`` accepts (limit and measured traces always shown). */
   filter(visible) {
     if (!this.drawn) return;
     const flags = this.el.data.map(() => true);
-    for (const [key, index] of this.traceOf) flags[index] = visible(key.split('|')[1]);
+    for (const [key, index] of this.traceOf) flags[index] = visible(key.split('|')[2]);
     plotly().restyle(this.el, { visible: flags });
-  }
-
-  pointCount() {
-    return this.drawn ? this.el.data[this.traceOf.values().next().value].x.length : 0;
   }
 
   destroy() {

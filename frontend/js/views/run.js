@@ -16,7 +16,7 @@ import { runActions } from '../run-actions.js';
 import { ownerName } from '../session.js';
 import { forgetRun } from '../run-info.js';
 import { nowUnixMs, recordDraw, recordView, stats } from '../stats.js';
-import { DEVICE_CHARTS, DeviceChart, limitMetrics, seriesMetrics } from '../run/device-charts.js';
+import { DEVICE_CHARTS, DeviceCharts, limitMetrics, seriesMetrics } from '../run/device-charts.js';
 import { ROUND_CHARTS, RoundChart, roundFields } from '../run/round-charts.js';
 import { SegmentCharts } from '../run/segments.js';
 import { GanttView } from '../run/gantt.js';
@@ -163,7 +163,7 @@ export function mountRun(main, { runId }) {
   function layout(initial) {
     const n = run.config.network;
     parts.tiles = new Tiles();
-    parts.device = DEVICE_CHARTS.map((def) => new DeviceChart(def, devices));
+    parts.device = [new DeviceCharts(DEVICE_CHARTS, devices)]; // one figure, a subplot per chart
     parts.round = ROUND_CHARTS.map((def) => new RoundChart(def));
     parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_encoder_blocks);
     parts.gantt = new GanttView(run.id, n.num_clusters);
@@ -173,7 +173,7 @@ export function mountRun(main, { runId }) {
       parts.tiles.el,
       h('div.section-title', {}, h('h2', {}, 'Per device'), deviceFilter(n.num_clusters, initial),
         h('span.small.muted', {}, devices.length > 8 ? `${devices.length} devices: hover a line for its name` : '')),
-      h('div.grid', {}, parts.device.map((c) => c.panel)),
+      ...parts.device.map((c) => c.panel),
       ...(parts.measured ? [
         h('div.section-title', {}, h('h2', {}, 'Measured vs modeled'),
           h('span.small.muted', {}, 'what each rank of the distributed executor measured, beside the cost model')),
