@@ -127,3 +127,94 @@ def test_long_live_series_stay_bounded_and_keep_the_newest_rounds(login: Login) 
     assert result["tail"] == list(range(4800, 5000))
     assert result["spike"], "the spike in the older part was thinned away"
     assert result["sorted"]
+
+
+# every device's points on a subplot drawn with a trace per cluster: the points each trace's ``text``
+# names the device of, and the traces' shape (meta, the null gaps between devices)
+CLUSTER_TRACES = """(chart) => {
+  const el = document.getElementById('chart-devices');
+  const traces = el.data.filter(t => t.meta?.chart === chart && (t.meta.device || t.meta.devices));
+  const series = {};
+  const gapsMatch = traces.every(t => t.x.every((x, i) => (x === null) === (t.text[i] === null)));
+  for (const t of traces) {
+    t.text.forEach((device, i) => {
+      if (device === null) return;
+      series[device] = series[device] || { round: [], value: [] };
+      series[device].round.push(t.x[i]);
+      series[device].value.push(t.y[i]);
+    });
+  }
+  return { series, gapsMatch, meta: traces.map(t => t.meta), hover: traces.map(t => t.hovertemplate) };
+}"""
+
+
+# where a device's point of a round is drawn on the queue subplot's trace of its cluster, in the window
+CLUSTER_POINT = """([cluster, device, round]) => {
+  const el = document.getElementById('chart-devices');
+  const index = el.data.findIndex(t => t.meta?.chart === 'queue' && t.meta.cluster === cluster);
+  const trace = el.data[index];
+  const i = trace.text.findIndex((d, j) => d === device && trace.x[j] === round);
+  const xa = el._fullLayout.xaxis;
+  const ya = el._fullLayout[el._fullData[index].yaxis.replace('y', 'yaxis')];
+  const box = el.getBoundingClientRect();
+  return { x: box.left + xa._offset + xa.l2p(round), y: box.top + ya._offset + ya.l2p(trace.y[i]) };
+}"""
+
+
+def _cluster_traces_match_the_store(page, server: Server, run_id: int, rounds: int) -> None:
+    with server.client() as client:
+        for chart, metric in (("queue", "queue"), ("power", "power_w")):
+            params = {"metric": metric, "max_points": 1000}
+            stored = client.get(f"/api/runs/{run_id}/devices", params=params).raise_for_status().json()
+            shown = page.evaluate(CLUSTER_TRACES, chart)
+            # one trace per cluster (3 × 4 devices), its meta listing the cluster's devices
+            assert sorted(m["cluster"] for m in shown["meta"]) == ["c0", "c1", "c2"], shown["meta"]
+            for meta in shown["meta"]:
+                assert meta["devices"] == [f"{meta['cluster']}-d{k}" for k in range(4)], meta
+            assert shown["gapsMatch"], "a null gap is not where one device's line ends"
+            assert all("%{text}" in h for h in shown["hover"]), shown["hover"]
+            series = shown["series"]
+            assert sorted(series) == sorted(stored["series"]) and len(series) == 12
+            for device, points in stored["series"].items():
+                assert series[device]["round"] == points["round"] == list(range(rounds)), (chart, device)
+                assert series[device]["value"] == pytest.approx(points["value"]), (chart, device)
+
+
+def test_many_devices_are_drawn_as_a_line_each_in_a_trace_per_cluster(login: Login, server: Server) -> None:
+    """Above 8 devices a subplot draws a trace per cluster: live rounds still reach every device's
+    line without a reload, the lines are the stored records, and a click on one opens its round."""
+    config = tiny(rounds=30)
+    config["network"]["num_clusters"] = 3
+    config["network"]["devices_per_cluster"] = 4
+    page = login("viewer")
+    run_id = server.launch(config, name="twelve devices")
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    expect(page.locator("[data-ready='true']")).to_be_attached(timeout=15_000)
+    page.evaluate("window.__sameDocument = true")
+    expect(page.locator(".page-head .status")).to_have_text("succeeded", timeout=60_000)
+    page.wait_for_function(
+        "document.getElementById('chart-devices').data"
+        ".filter(t => t.meta?.chart === 'power' && t.meta.devices)"
+        ".reduce((n, t) => n + t.text.filter(d => d !== null).length, 0) === 12 * 30",
+        timeout=30_000,
+    )
+    assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
+    draws = page.evaluate(f"window.collapipeStats.draws.filter(d => d.runId === {run_id}).length")
+    assert draws >= 1, "no round arrived through the live stream"
+    _cluster_traces_match_the_store(page, server, run_id, 30)
+    screenshot(page, "run-twelve-devices-live")
+
+    # the finished run, drawn from its (downsampled) history
+    page.reload()
+    expect(page.locator("[data-ready='true']")).to_be_attached(timeout=15_000)
+    _cluster_traces_match_the_store(page, server, run_id, 30)
+
+    # a point of one device's line opens its round in the Gantt
+    point = page.evaluate(CLUSTER_POINT, ["c1", "c1-d2", 7])
+    page.evaluate("(dy) => window.scrollBy(0, dy)", point["y"] - 500)  # the point in the middle of the window
+    page.wait_for_timeout(300)  # plotly's hover layer has caught up with the scroll
+    xy = page.evaluate(CLUSTER_POINT, ["c1", "c1-d2", 7])
+    assert 0 < xy["y"] < 1000, xy
+    page.mouse.move(xy["x"], xy["y"])
+    page.mouse.click(xy["x"], xy["y"])
+    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "7")

@@ -1,13 +1,19 @@
-// Per-device charts over rounds, one trace per device and series, all subplots of one figure.
-// History comes downsampled from GET /api/runs/{id}/devices; live rounds are appended with one
-// Plotly.extendTraces per batch of rounds. A live redraw costs plotly.js a full replot of the
-// figure, mostly fixed per figure rather than per point: hence one figure with a subplot per chart
-// instead of a figure per chart. The axes are liveAxis() (no tick label measuring), and long live
-// series are thinned in their older part (thinTrace) so the cost stays bounded.
+// Per-device charts over rounds, all subplots of one figure. Up to GROUP_ABOVE devices, one trace
+// per device and series (shared legend); with more, one trace per cluster and series, the cluster's
+// devices separated by null gaps so each stays its own line (hover names the device from ``text``).
+// plotly.js pays a fixed cost per trace on every redraw (defaults, calc, an SVG group), so 50 devices
+// are 10 cluster traces per series instead of 50.
 //
-// Devices are loaded on demand (a big network opens on one cluster): addDevices() adds their traces.
+// History comes downsampled from GET /api/runs/{id}/devices. Every device's series is kept here
+// (this.series); a live batch of rounds is appended to them and the changed traces get their new
+// arrays, then one Plotly.redraw of the figure (what Plotly.extendTraces does after appending). A
+// live redraw costs plotly.js a full replot of the figure, mostly fixed per figure and per trace
+// rather than per point. The axes are liveAxis() (no tick label measuring), and long live series are
+// thinned in their older part (thinTrace) so the cost stays bounded.
+//
+// Devices are loaded on demand (a big network opens on one cluster): addDevices() adds them.
 // Constant per-device lines (capacity, budget) are one trace of segments per chart, and measured
-// values (distributed executor) one marker trace, so a chart has about one trace per device.
+// values (distributed executor) one marker trace.
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
@@ -69,24 +75,39 @@ const TITLE_GAP = 34; // the subplot's title (a heading over the figure)
 const FIGURE_TOP = 30; // the shared legend (up to 8 devices)
 const FIGURE_BOTTOM = 40;
 
+/** With more devices than this, a trace per cluster and series instead of one per device. */
+export const GROUP_ABOVE = 8;
+
+/** The cluster of a device id ('c3-d1' -> 'c3'). */
+function clusterOf(device) {
+  const dash = device.indexOf('-');
+  return dash < 0 ? device : device.slice(0, dash);
+}
+
 /**
  * The per-device charts as one plotly.js figure: one subplot per chart of DEVICE_CHARTS, stacked,
  * sharing the x axis (round), each with its own y axis and title. A live redraw of one figure costs
  * plotly.js much less than one figure per chart: the fixed part of a replot (defaults, axes, trace
- * setup) is paid once. Each trace carries ``meta`` = {chart, metric, device} (or {chart, kind} for
- * the limit and measured traces) saying which chart, series and device it is.
+ * setup) is paid once. Each device trace carries ``meta`` = {chart, metric, device} (one device) or
+ * {chart, metric, cluster, devices} (a cluster's devices; ``text`` names each point's device), the
+ * limit and measured traces {chart, kind}.
  */
 export class DeviceCharts {
   constructor(defs, allDevices) {
     this.defs = defs;
     this.allDevices = allDevices;
+    this.grouped = allDevices.length > GROUP_ABOVE;
     this.colorIndex = new Map(allDevices.map((d, i) => [d, i]));
-    this.traceOf = new Map(); // `${chart}|${seriesIndex}|${device}` -> trace index
+    const clusters = [...new Set(allDevices.map(clusterOf))];
+    this.clusterIndex = new Map(clusters.map((c, i) => [c, i]));
+    this.series = new Map(); // `${chart}|${seriesIndex}|${device}` -> {x, y}: the device's points
+    this.specs = []; // per device trace: {index, chart, si, key, devices}
+    this.specOf = new Map(); // `${chart}|${seriesIndex}|${device or cluster}` -> spec
     this.limitValue = new Map(defs.map((def) => [def.id, new Map()])); // chart -> device -> constant limit
     this.fixedIndex = new Map(); // `${chart}|limit` or `${chart}|measured` -> trace index
     this.loaded = new Set(); // devices with traces
     this.lastRound = 0;
-    this.showLegend = allDevices.length <= 8;
+    this.showLegend = !this.grouped;
     this.height = FIGURE_TOP + defs.length * (TITLE_GAP + SUBPLOT_HEIGHT) + FIGURE_BOTTOM;
     this.el = h('div.chart.chart-stack', {
       id: 'chart-devices', 'data-chart': 'devices', role: 'img', style: `height: ${this.height}px`,
@@ -104,7 +125,9 @@ export class DeviceCharts {
     this.drawn = false;
   }
 
+  /** A device's colour; with a trace per cluster, its cluster's colour. */
   color(device) {
+    if (this.grouped) return deviceColor(this.clusterIndex.get(clusterOf(device)), this.clusterIndex.size);
     return deviceColor(this.colorIndex.get(device), this.allDevices.length);
   }
 
@@ -113,23 +136,65 @@ export class DeviceCharts {
     return index === 0 ? 'y' : `y${index + 1}`;
   }
 
+  /** The points a device trace draws: its device's series, or its devices' series with null gaps. */
+  fill(trace, spec) {
+    if (!this.grouped) {
+      const own = this.series.get(`${spec.chart}|${spec.si}|${spec.devices[0]}`);
+      trace.x = own.x;
+      trace.y = own.y;
+      return;
+    }
+    let x = [];
+    let y = [];
+    let text = [];
+    for (const device of spec.devices) {
+      const own = this.series.get(`${spec.chart}|${spec.si}|${device}`);
+      if (!own.x.length) continue;
+      if (x.length) { x.push(null); y.push(null); text.push(null); }
+      x = x.concat(own.x);
+      y = y.concat(own.y);
+      text = text.concat(new Array(own.x.length).fill(device));
+    }
+    trace.x = x;
+    trace.y = y;
+    trace.text = text;
+  }
+
+  /** Keep the series of ``devices`` from ``history``; the device traces (new ones) they need. */
   deviceTraces(history, devices, firstIndex) {
     const traces = [];
+    const changed = new Set();
     this.defs.forEach((def, ci) => {
       def.series.forEach((s, si) => {
-        devices.forEach((device) => {
+        for (const device of devices) {
           const data = history[s.metric]?.[device];
-          this.traceOf.set(`${def.id}|${si}|${device}`, firstIndex + traces.length);
           if (data && data.round.length) this.lastRound = Math.max(this.lastRound, data.round[data.round.length - 1]);
-          traces.push({
-            type: 'scatter', mode: 'lines', name: device, legendgroup: device,
-            showlegend: this.showLegend && ci === 0 && si === 0,
-            xaxis: 'x', yaxis: DeviceCharts.yId(ci), meta: { chart: def.id, metric: s.metric, device },
-            x: data ? data.round.slice() : [], y: data ? data.value.slice() : [],
-            line: { color: this.color(device), width: 1.6, dash: s.dash || 'solid' },
-            hovertemplate: `${device} · ${s.metric}<br>round %{x}<br>%{y}<extra></extra>`,
-          });
-        });
+          this.series.set(`${def.id}|${si}|${device}`, { x: data ? data.round.slice() : [], y: data ? data.value.slice() : [] });
+          const key = this.grouped ? clusterOf(device) : device;
+          let spec = this.specOf.get(`${def.id}|${si}|${key}`);
+          if (spec) {
+            spec.devices.push(device);
+            spec.devices.sort((a, b) => this.colorIndex.get(a) - this.colorIndex.get(b));
+            changed.add(spec);
+            continue;
+          }
+          spec = { index: firstIndex + traces.length, chart: def.id, si, key, devices: [device] };
+          this.specs.push(spec);
+          this.specOf.set(`${def.id}|${si}|${key}`, spec);
+          const trace = {
+            type: 'scatter', mode: 'lines', name: key, legendgroup: key,
+            showlegend: this.showLegend && ci === 0 && si === 0, connectgaps: false,
+            xaxis: 'x', yaxis: DeviceCharts.yId(ci),
+            meta: this.grouped ? { chart: def.id, metric: s.metric, cluster: key, devices: spec.devices } : { chart: def.id, metric: s.metric, device },
+            x: [], y: [],
+            line: { color: this.color(device), width: this.grouped ? 1.3 : 1.6, dash: s.dash || 'solid' },
+            hovertemplate: this.grouped
+              ? `%{text} · ${s.metric}<br>round %{x}<br>%{y}<extra></extra>`
+              : `${device} · ${s.metric}<br>round %{x}<br>%{y}<extra></extra>`,
+          };
+          traces.push(trace);
+          spec.trace = trace;
+        }
       });
       if (def.limit) {
         for (const device of devices) {
@@ -139,6 +204,9 @@ export class DeviceCharts {
       }
     });
     devices.forEach((d) => this.loaded.add(d));
+    for (const spec of this.specs) {
+      if (spec.trace && (changed.has(spec) || spec.index >= firstIndex)) this.fill(spec.trace, spec);
+    }
     return traces;
   }
 
@@ -172,7 +240,7 @@ export class DeviceCharts {
     return layout;
   }
 
-  /** First draw: per chart its limit and measured traces (if any), then one trace per device and series. */
+  /** First draw: per chart its limit and measured traces (if any), then the device traces. */
   draw(history, devices) {
     const head = [];
     this.defs.forEach((def, ci) => {
@@ -200,16 +268,24 @@ export class DeviceCharts {
     const data = [...head, ...traces];
     this.refreshLimits(data);
     plotly().newPlot(this.el, data, this.layout(), PLOT_CONFIG);
+    this.bind();
     this.drawn = true;
   }
 
-  /** Add traces for devices loaded later (another cluster), from their history. */
+  /** Point the specs at the figure's own trace objects (plotly.js keeps the ones it was given). */
+  bind() {
+    for (const spec of this.specs) spec.trace = this.el.data[spec.index];
+  }
+
+  /** Add devices loaded later (another cluster), from their history. */
   addDevices(history, devices) {
     const fresh = devices.filter((d) => !this.loaded.has(d));
     if (!fresh.length) return;
     const traces = this.deviceTraces(history, fresh, this.el.data.length);
     this.refreshLimits(this.el.data);
-    plotly().addTraces(this.el, traces);
+    if (traces.length) plotly().addTraces(this.el, traces);
+    else plotly().redraw(this.el);
+    this.bind();
   }
 
   refreshLimits(data) {
@@ -223,31 +299,31 @@ export class DeviceCharts {
    * ``only``: a set of device ids to append for (devices just loaded), default all loaded ones. */
   extend(rounds, only = null) {
     if (!this.drawn || !rounds.length) return;
-    const xs = [];
-    const ys = [];
-    const indices = [];
     const data = this.el.data;
     const roundIds = rounds.map((event) => event.round.round);
+    const changed = new Set();
     for (const def of this.defs) {
       def.series.forEach((s, si) => {
         const columns = new Map();
         rounds.forEach((event, r) => {
           for (const device of event.devices) {
             if (only && !only.has(device.device_id)) continue;
-            const index = this.traceOf.get(`${def.id}|${si}|${device.device_id}`);
+            const key = `${def.id}|${si}|${device.device_id}`;
             const value = device[s.metric];
-            if (index === undefined || value === null || value === undefined) continue;
-            let column = columns.get(index);
-            if (!column) { column = { x: [], y: [] }; columns.set(index, column); }
+            if (!this.series.has(key) || value === null || value === undefined) continue;
+            let column = columns.get(key);
+            if (!column) { column = { x: [], y: [] }; columns.set(key, column); }
             column.x.push(roundIds[r]);
             column.y.push(value);
           }
         });
-        for (const [index, column] of columns) {
-          thinTrace(data[index], column.x.length);
-          xs.push(column.x);
-          ys.push(column.y);
-          indices.push(index);
+        for (const [key, column] of columns) {
+          const own = this.series.get(key);
+          thinTrace(own, column.x.length);
+          own.x.push(...column.x);
+          own.y.push(...column.y);
+          const device = key.slice(key.lastIndexOf('|') + 1);
+          changed.add(this.specOf.get(`${def.id}|${si}|${this.grouped ? clusterOf(device) : device}`));
         }
       });
     }
@@ -261,8 +337,10 @@ export class DeviceCharts {
       }
       if (def.measured) this.extendMeasured(def, rounds, only);
     }
-    this.refreshLimits(data); // in place: the redraw below picks it up
-    if (indices.length) plotly().extendTraces(this.el, { x: xs, y: ys }, indices);
+    this.refreshLimits(data);
+    for (const spec of changed) this.fill(spec.trace, spec);
+    // the traces' new arrays are in place: one redraw (what Plotly.extendTraces does after appending)
+    if (changed.size) plotly().redraw(this.el);
   }
 
   /** Measured figures of stored rounds ([{round, measured: {participant: figures}}], from the decision log API). */
@@ -294,11 +372,12 @@ export class DeviceCharts {
     trace.showlegend = trace.x.length > 0;
   }
 
-  /** Show only the devices ``visible(deviceId)`` accepts (limit and measured traces always shown). */
+  /** Show only the devices ``visible(deviceId)`` accepts (limit and measured traces always shown);
+   * a cluster trace shows while any of its devices is accepted (the filter picks whole clusters). */
   filter(visible) {
     if (!this.drawn) return;
     const flags = this.el.data.map(() => true);
-    for (const [key, index] of this.traceOf) flags[index] = visible(key.split('|')[2]);
+    for (const spec of this.specs) flags[spec.index] = spec.devices.some((d) => visible(d));
     plotly().restyle(this.el, { visible: flags });
   }
 
