@@ -41,12 +41,12 @@ const RECENT_POINTS = 200; // the newest points of a live series stay as they ca
 
 /**
  * Bound a live series before ``incoming`` more points are appended: once it would hold more than
- * MAX_TRACE_POINTS, its older part (all but the newest RECENT_POINTS) is halved in place. Of each
+ * ``max`` points, its older part (all but the newest RECENT_POINTS) is halved in place. Of each
  * pair of older points the one farther from the point kept before it stays, so spikes survive.
  * The history of a run comes downsampled by the API (LTTB) the same way.
  */
-export function thinTrace(trace, incoming = 0) {
-  if (trace.x.length + incoming <= MAX_TRACE_POINTS) return;
+export function thinTrace(trace, incoming = 0, max = MAX_TRACE_POINTS) {
+  if (trace.x.length + incoming <= max) return;
   const older = trace.x.length - RECENT_POINTS;
   const x = [];
   const y = [];

@@ -115,8 +115,8 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
     assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
     draws = page.evaluate(f"window.collapipeStats.draws.filter(d => d.runId === {run_id}).length")
     assert draws >= 1, "no round arrived through the live stream"
-    # every per-device chart (a subplot of one figure, with its title) gets every round; charts off
-    # screen catch up a moment later (they are redrawn in batches when the page is idle)
+    # every per-device chart (a subplot of one of the two figures, with its title) gets every round;
+    # a figure off screen catches up a moment later (redrawn in batches when the page is idle)
     for chart, title in (
         ("queue", "Virtual queue Q_k"),
         ("latency", "Latency split: compute vs communication"),
@@ -127,7 +127,7 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
     ):
         expect(page.locator(f"#title-{chart}")).to_have_text(title)
         page.wait_for_function(
-            "document.getElementById('chart-devices').data"
+            f"document.querySelector('[data-charts~=\"{chart}\"]').data"
             f".some(t => t.meta?.chart === '{chart}' && /^c\\d+-d\\d+$/.test(t.name) && t.x.length === 30)"
         )
     page.wait_for_function(

@@ -41,7 +41,7 @@ def test_open_the_gantt_of_a_round(login: Login, server: Server, finished_runs: 
 
 # where round 5 of the first device is drawn on a per-device chart (a subplot), in the window
 POINT_POSITION = """(chart) => {
-  const el = document.getElementById('chart-devices');
+  const el = document.querySelector(`[data-charts~="${chart}"]`);
   const index = el.data.findIndex(t => t.meta?.chart === chart && t.meta.device);
   const trace = el.data[index];
   const i = trace.x.indexOf(5);
@@ -132,7 +132,7 @@ def test_long_live_series_stay_bounded_and_keep_the_newest_rounds(login: Login) 
 # every device's points on a subplot drawn with a trace per cluster: the points each trace's ``text``
 # names the device of, and the traces' shape (meta, the null gaps between devices)
 CLUSTER_TRACES = """(chart) => {
-  const el = document.getElementById('chart-devices');
+  const el = document.querySelector(`[data-charts~="${chart}"]`);
   const traces = el.data.filter(t => t.meta?.chart === chart && (t.meta.device || t.meta.devices));
   const series = {};
   const gapsMatch = traces.every(t => t.x.every((x, i) => (x === null) === (t.text[i] === null)));
@@ -150,7 +150,7 @@ CLUSTER_TRACES = """(chart) => {
 
 # where a device's point of a round is drawn on the queue subplot's trace of its cluster, in the window
 CLUSTER_POINT = """([cluster, device, round]) => {
-  const el = document.getElementById('chart-devices');
+  const el = document.querySelector('[data-charts~="queue"]');
   const index = el.data.findIndex(t => t.meta?.chart === 'queue' && t.meta.cluster === cluster);
   const trace = el.data[index];
   const i = trace.text.findIndex((d, j) => d === device && trace.x[j] === round);
@@ -193,7 +193,7 @@ def test_many_devices_are_drawn_as_a_line_each_in_a_trace_per_cluster(login: Log
     page.evaluate("window.__sameDocument = true")
     expect(page.locator(".page-head .status")).to_have_text("succeeded", timeout=60_000)
     page.wait_for_function(
-        "document.getElementById('chart-devices').data"
+        "document.querySelector('[data-charts~=\"power\"]').data"
         ".filter(t => t.meta?.chart === 'power' && t.meta.devices)"
         ".reduce((n, t) => n + t.text.filter(d => d !== null).length, 0) === 12 * 30",
         timeout=30_000,

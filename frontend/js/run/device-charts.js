@@ -1,15 +1,18 @@
-// Per-device charts over rounds, all subplots of one figure. Up to GROUP_ABOVE devices, one trace
-// per device and series (shared legend); with more, one trace per cluster and series, the cluster's
-// devices separated by null gaps so each stays its own line (hover names the device from ``text``).
+// Per-device charts over rounds, as subplots of plotly figures (DEVICE_FIGURES: the first three
+// charts in one figure, the last three in another). Up to GROUP_ABOVE devices, one trace per device
+// and series (shared legend); with more, one trace per cluster and series, the cluster's devices
+// separated by null gaps so each stays its own line (hover names the device from ``text``).
 // plotly.js pays a fixed cost per trace on every redraw (defaults, calc, an SVG group), so 50 devices
 // are 10 cluster traces per series instead of 50.
 //
 // History comes downsampled from GET /api/runs/{id}/devices. Every device's series is kept here
 // (this.series); a live batch of rounds is appended to them and the changed traces get their new
 // arrays, then one Plotly.redraw of the figure (what Plotly.extendTraces does after appending). A
-// live redraw costs plotly.js a full replot of the figure, mostly fixed per figure and per trace
-// rather than per point. The axes are liveAxis() (no tick label measuring), and long live series are
-// thinned in their older part (thinTrace) so the cost stays bounded.
+// live redraw costs plotly.js a full replot of the figure, mostly fixed per subplot and per trace,
+// plus a part per point. Hence: two figures, so that only the one on screen redraws (the run view
+// redraws off-screen figures when the page is idle or when they scroll into view), the axes are
+// liveAxis() with few ticks (no tick label measuring), and live series are thinned in their older
+// part beyond DEVICE_SERIES_POINTS points per device (thinTrace).
 //
 // Devices are loaded on demand (a big network opens on one cluster): addDevices() adds them.
 // Constant per-device lines (capacity, budget) are one trace of segments per chart, and measured
@@ -59,6 +62,16 @@ export const DEVICE_CHARTS = [
   },
 ];
 
+/** The per-device figures: which charts of DEVICE_CHARTS each one holds (as subplots). */
+export const DEVICE_FIGURES = [
+  { id: 'devices', charts: ['queue', 'latency', 'memory'] },
+  { id: 'devices-2', charts: ['energy', 'bandwidth', 'power'] },
+];
+
+/** A live device series is thinned in its older part beyond this many points (the history comes
+ * at 200 per device; a subplot is ~1,300 px wide, and every point costs on each live redraw). */
+export const DEVICE_SERIES_POINTS = 400;
+
 /** Device metrics whose history is served downsampled (GET /devices?metric=...). */
 export function seriesMetrics() {
   return [...new Set(DEVICE_CHARTS.flatMap((c) => c.series.map((s) => s.metric)))];
@@ -85,15 +98,16 @@ function clusterOf(device) {
 }
 
 /**
- * The per-device charts as one plotly.js figure: one subplot per chart of DEVICE_CHARTS, stacked,
- * sharing the x axis (round), each with its own y axis and title. A live redraw of one figure costs
- * plotly.js much less than one figure per chart: the fixed part of a replot (defaults, axes, trace
- * setup) is paid once. Each device trace carries ``meta`` = {chart, metric, device} (one device) or
+ * Per-device charts as one plotly.js figure: one subplot per chart of ``defs``, stacked, sharing the
+ * x axis (round), each with its own y axis and title. A live redraw of one figure costs plotly.js
+ * less than one figure per chart: the fixed part of a replot (defaults, axes, trace setup) is paid
+ * once. The figure's element is ``#chart-<id>``, its ``data-charts`` lists the charts it holds.
+ * Each device trace carries ``meta`` = {chart, metric, device} (one device) or
  * {chart, metric, cluster, devices} (a cluster's devices; ``text`` names each point's device), the
  * limit and measured traces {chart, kind}.
  */
 export class DeviceCharts {
-  constructor(defs, allDevices) {
+  constructor(defs, allDevices, id = 'devices') {
     this.defs = defs;
     this.allDevices = allDevices;
     this.grouped = allDevices.length > GROUP_ABOVE;
@@ -110,7 +124,8 @@ export class DeviceCharts {
     this.showLegend = !this.grouped;
     this.height = FIGURE_TOP + defs.length * (TITLE_GAP + SUBPLOT_HEIGHT) + FIGURE_BOTTOM;
     this.el = h('div.chart.chart-stack', {
-      id: 'chart-devices', 'data-chart': 'devices', role: 'img', style: `height: ${this.height}px`,
+      id: `chart-${id}`, 'data-chart': id, 'data-charts': defs.map((d) => d.id).join(' '), role: 'img',
+      style: `height: ${this.height}px`,
       'aria-label': `Per device over rounds: ${defs.map((d) => d.title).join('; ')}`,
     });
     // each subplot's title is a heading laid over the figure, in the gap above the subplot: text in
@@ -118,8 +133,8 @@ export class DeviceCharts {
     const titles = defs.map((def, i) => h('h3.subplot-title', {
       id: `title-${def.id}`, 'data-chart-title': def.id, style: `top: ${FIGURE_TOP + i * (TITLE_GAP + SUBPLOT_HEIGHT) + 15}px`,
     }, def.title));
-    this.panel = h('section.chart-panel', { 'aria-labelledby': 'title-devices' },
-      h('h3.sr-only', { id: 'title-devices' }, 'Per device over rounds'),
+    this.panel = h('section.chart-panel', { 'aria-labelledby': `title-${id}` },
+      h('h3.sr-only', { id: `title-${id}` }, `Per device over rounds: ${defs.map((d) => d.title).join('; ')}`),
       h('ul.chart-notes', {}, defs.map((def) => h('li', { 'data-chart-note': def.id }, h('strong', {}, def.title), ': ', def.note))),
       h('div.chart-stack-box', {}, this.el, titles));
     this.drawn = false;
@@ -230,12 +245,12 @@ export class DeviceCharts {
       height: this.height,
       showlegend: this.showLegend,
       margin: { l: 58, r: 12, t: FIGURE_TOP, b: FIGURE_BOTTOM },
-      xaxis: liveAxis({ title: { text: 'round' }, anchor: DeviceCharts.yId(n - 1) }),
+      xaxis: liveAxis({ nticks: 8, title: { text: 'round' }, anchor: DeviceCharts.yId(n - 1) }),
     });
     this.defs.forEach((def, i) => {
       const top = 1 - (i * (TITLE_GAP + SUBPLOT_HEIGHT) + TITLE_GAP) / area;
       const bottom = 1 - ((i + 1) * (TITLE_GAP + SUBPLOT_HEIGHT)) / area;
-      layout[i === 0 ? 'yaxis' : `yaxis${i + 1}`] = liveAxis({ ...axisFormat(def.unit), anchor: 'x', domain: [Math.max(0, bottom), top] });
+      layout[i === 0 ? 'yaxis' : `yaxis${i + 1}`] = liveAxis({ nticks: 4, ...axisFormat(def.unit), anchor: 'x', domain: [Math.max(0, bottom), top] });
     });
     return layout;
   }
@@ -319,7 +334,7 @@ export class DeviceCharts {
         });
         for (const [key, column] of columns) {
           const own = this.series.get(key);
-          thinTrace(own, column.x.length);
+          thinTrace(own, column.x.length, DEVICE_SERIES_POINTS);
           own.x.push(...column.x);
           own.y.push(...column.y);
           const device = key.slice(key.lastIndexOf('|') + 1);

@@ -16,7 +16,7 @@ import { runActions } from '../run-actions.js';
 import { ownerName } from '../session.js';
 import { forgetRun } from '../run-info.js';
 import { nowUnixMs, recordDraw, recordView, stats } from '../stats.js';
-import { DEVICE_CHARTS, DeviceCharts, limitMetrics, seriesMetrics } from '../run/device-charts.js';
+import { DEVICE_CHARTS, DEVICE_FIGURES, DeviceCharts, limitMetrics, seriesMetrics } from '../run/device-charts.js';
 import { ROUND_CHARTS, RoundChart, roundFields } from '../run/round-charts.js';
 import { SegmentCharts } from '../run/segments.js';
 import { GanttView } from '../run/gantt.js';
@@ -163,7 +163,8 @@ export function mountRun(main, { runId }) {
   function layout(initial) {
     const n = run.config.network;
     parts.tiles = new Tiles();
-    parts.device = [new DeviceCharts(DEVICE_CHARTS, devices)]; // one figure, a subplot per chart
+    // the per-device charts: two figures of stacked subplots; only the one on screen redraws live
+    parts.device = DEVICE_FIGURES.map(({ id, charts }) => new DeviceCharts(DEVICE_CHARTS.filter((c) => charts.includes(c.id)), devices, id));
     parts.round = ROUND_CHARTS.map((def) => new RoundChart(def));
     parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_encoder_blocks);
     parts.gantt = new GanttView(run.id, n.num_clusters);
