@@ -41,17 +41,18 @@ const RECENT_POINTS = 200; // the newest points of a live series stay as they ca
 
 /**
  * Bound a live series before ``incoming`` more points are appended: once it would hold more than
- * ``max`` points, its older part (all but the newest RECENT_POINTS) is halved in place. Of each
- * pair of older points the one farther from the point kept before it stays, so spikes survive.
+ * ``max`` points, its older part (all but the newest RECENT_POINTS) is halved in place. The first
+ * point (the start of the series) always stays; of each following pair of older points the one
+ * farther from the point kept before it stays, so spikes survive.
  * The history of a run comes downsampled by the API (LTTB) the same way.
  */
 export function thinTrace(trace, incoming = 0, max = MAX_TRACE_POINTS) {
   if (trace.x.length + incoming <= max) return;
   const older = trace.x.length - RECENT_POINTS;
-  const x = [];
-  const y = [];
+  const x = [trace.x[0]];
+  const y = [trace.y[0]];
   let last = trace.y[0];
-  for (let i = 0; i < older; i += 2) {
+  for (let i = 1; i < older; i += 2) {
     const j = i + 1 < older && Math.abs(trace.y[i + 1] - last) > Math.abs(trace.y[i] - last) ? i + 1 : i;
     x.push(trace.x[j]);
     y.push(trace.y[j]);

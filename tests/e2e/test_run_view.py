@@ -103,29 +103,40 @@ def test_run_view_fits_a_narrow_window(login: Login, server: Server, finished_ru
     screenshot(page, "run-narrow-window")
 
 
-def test_long_live_series_stay_bounded_and_keep_the_newest_rounds(login: Login) -> None:
+@pytest.mark.parametrize(
+    ("module", "bound"),
+    [("/js/plot.js", "MAX_TRACE_POINTS"), ("/js/run/device-charts.js", "DEVICE_SERIES_POINTS")],
+)
+def test_long_live_series_stay_bounded_and_keep_the_newest_rounds(
+    login: Login, module: str, bound: str
+) -> None:
     """A series fed round after round is thinned in its older part only: the newest rounds are all
-    there, a spike in the older part survives, and no trace grows past the bound."""
+    there, a spike in the older part survives, and no trace grows past the bound (the round charts'
+    and the per-device series' own)."""
     page = login("viewer")
     result = page.evaluate(
-        """async () => {
-          const { thinTrace, MAX_TRACE_POINTS } = await import('/js/plot.js');
+        """async ([module, bound]) => {
+          const { thinTrace } = await import('/js/plot.js');
+          const max = (await import(module))[bound];
           const trace = { x: [], y: [] };
           let longest = 0;
           for (let round = 0; round < 5000; round += 1) {
-            thinTrace(trace, 1);
+            thinTrace(trace, 1, max);
             trace.x.push(round);
             trace.y.push(round === 1234 ? 1e6 : Math.sin(round / 50));
             longest = Math.max(longest, trace.x.length);
           }
           const sorted = trace.x.every((x, i) => i === 0 || x > trace.x[i - 1]);
           const spike = trace.y.includes(1e6);
-          return { longest, max: MAX_TRACE_POINTS, tail: trace.x.slice(-200), spike, sorted };
-        }"""
+          return { longest, max, tail: trace.x.slice(-200), spike, sorted, first: trace.x[0] };
+        }""",
+        [module, bound],
     )
+    assert isinstance(result["max"], int) and result["max"] >= 300, result["max"]
     assert result["longest"] <= result["max"], result["longest"]
     assert result["tail"] == list(range(4800, 5000))
     assert result["spike"], "the spike in the older part was thinned away"
+    assert result["first"] == 0, "the start of the series was thinned away"
     assert result["sorted"]
 
 
