@@ -15,8 +15,9 @@ Time (seconds, summed over the round's local iterations):
 Memory (bytes), notes/torch-pipelining-cpu.md §5:
 
 - OS truth: the child starts with ``MALLOC_MMAP_THRESHOLD_=65536`` (large blocks go back to the OS when
-  freed, so the resident set follows the live data). Before training, read ``VmRSS`` and write ``5``
-  to ``/proc/self/clear_refs`` (resets ``VmHWM``); after training, ``VmHWM`` is the peak resident set;
+  freed, so the resident set follows the live data). Before training, write ``5`` to
+  ``/proc/self/clear_refs`` (resets ``VmHWM`` to the current RSS) and read ``VmHWM`` as the baseline;
+  after training, ``VmHWM`` is the peak resident set (never below the baseline);
 - tensor truth: a :class:`TensorBytesTracker` (a ``TorchDispatchMode``) adds up the storages created
   during training and keeps the running peak; tensors that existed before (the stage's weights and
   optimizer state) are counted directly.
@@ -66,13 +67,16 @@ def rss_bytes() -> int | None:
 
 
 def reset_rss_peak() -> int | None:
-    """Reset the resident-set high-water mark to the current RSS and return that RSS (None if unsupported)."""
-    current = rss_bytes()
+    """Reset the resident-set high-water mark to the current RSS and return it (None if unsupported).
+
+    The value returned is ``VmHWM`` read right after the reset, not ``VmRSS`` read before it: the
+    process's other threads can free memory in between, and a baseline above the mark just set would
+    make a later peak read below its own baseline."""
     try:
         _CLEAR_REFS.write_text("5")
     except OSError:
         return None
-    return current
+    return rss_peak_bytes()
 
 
 def rss_peak_bytes() -> int | None:
