@@ -24,13 +24,12 @@ part; the maxima are handled exactly:
 
 Memory caps (they depend on M) bound every δ_k; unavailable devices have cap 0.
 
-Cost of the DP: O(rows × pairs × K × L × D) with D the largest cap. After the first chunk of pairs
-only the rows with a pair left above their bound are solved, and the transition min_d dp[j − d] + c(d)
-reads the table through a strided window (no gather of an (L + 1) × D index), so large rounds with
-many TEBs stay within the decision-time goals (docs/scheduler.md). Work the DP's answer cannot depend on
-is skipped: the first device's continuations (nothing has started before it), each device's window is
-only as wide as its largest cap, and a device updates only the dp[j] from which the devices after it
-can still reach j = L (the last one only dp[L]).
+Cost of the DP: O(rows × pairs × K × L × D) with D the largest cap, in compiled scalar loops
+(``kernels.segment_dp``). After the first chunk of pairs only the rows with a pair left above their bound
+are solved. Work the DP's answer cannot depend on is skipped: the first device's continuations (nothing
+has started before it), continuations beyond a device's cap, pairs whose caps cannot hold L, and a
+device updates only the dp[j] from which the devices after it can still reach j = L (the last one only
+dp[L]). The caps and bounds of the pairs are compiled too (``kernels.pair_bounds``).
 """
 
 from __future__ import annotations
@@ -39,9 +38,9 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from collapipe_core.network import FloatArray
+from collapipe_core.scheduler import kernels
 from collapipe_core.scheduler.problem import IntArray, quiet, take_last
 
 _INF = np.inf
@@ -106,8 +105,11 @@ def best_segments(
     px, pg = xs.shape[1], gs.shape[1]
     xb = np.repeat(xs, pg, axis=1)  # (R, P) pair grid
     gb = np.tile(gs, (1, px))
-    caps = _pair_caps(sc, xb, gb, L)  # (R, P, K)
-    lower = _lower_bound(sc, caps, xb, gb, L)
+    row_terms = _row_terms(sc)
+    # (R, P, K) caps under each pair, (R, P) LP lower bound plus the maxima at the thresholds
+    caps, lower = kernels.pair_bounds(
+        sc.cost, sc.gather_s, sc.caps, sc.compute_s, sc.link_s, row_terms, xb, gb, L
+    )
     fits = np.all(current <= sc.caps, axis=1) & (current.sum(axis=1) == L)
     best = np.where(fits, segment_cost(sc, current), _INF)
     best_delta = current.copy()
@@ -130,10 +132,12 @@ def best_segments(
         sel_x, sel_g = take_last(xb, idx), take_last(gb, idx)
         busy = np.any(live, axis=1)
         if np.all(busy):
-            delta, cost = _dp(sc, sel_caps, sel_x, sel_g, L)
+            delta, cost = kernels.segment_dp(sc.cost, sc.link_s, row_terms, sel_caps, sel_x, sel_g, L)
         else:  # the DP only for the rows with a pair left to examine (the others are pruned)
             on = np.flatnonzero(busy)
-            part_delta, part_cost = _dp(_take_rows(sc, on), sel_caps[on], sel_x[on], sel_g[on], L)
+            part_delta, part_cost = kernels.segment_dp(
+                sc.cost[on], sc.link_s[on], row_terms[:, on], sel_caps[on], sel_x[on], sel_g[on], L
+            )
             delta = np.zeros((*sel_caps.shape[:2], sel_caps.shape[2]), dtype=np.int64)
             cost = np.full(sel_caps.shape[:2], _INF)
             delta[on], cost[on] = part_delta, part_cost
@@ -146,10 +150,6 @@ def best_segments(
     feasible = np.all(best_delta <= sc.caps, axis=1) & (best_delta.sum(axis=1) == L)
     # the charge at the thresholds bounds the solution's cost from above; report its exact cost
     return best_delta, np.where(feasible, segment_cost(sc, best_delta), _INF)
-
-
-def _take_rows(sc: SegmentCosts, rows: IntArray) -> SegmentCosts:
-    return SegmentCosts(*(getattr(sc, f)[rows] for f in SegmentCosts.__dataclass_fields__))
 
 
 def _threshold_candidates(
@@ -193,120 +193,6 @@ def _window(values: FloatArray, now: FloatArray, width: int) -> FloatArray:
     return take_last(values, start[:, None] + np.arange(width)[None, :])
 
 
-def _pair_caps(sc: SegmentCosts, xb: FloatArray, gb: FloatArray, L: int) -> IntArray:
-    """Largest d per (row, pair, device) with d·a_k ≤ X̄, γ_k(d) ≤ Γ̄ and d ≤ memory cap."""
-    d = np.arange(1, L + 1)
-    tol = 1 + 1e-12
-    ok_x = (d * sc.compute_s[:, None, :, None] <= xb[:, :, None, None] * tol) | ~np.isfinite(xb)[
-        :, :, None, None
-    ]
-    ok_g = (sc.gather_s[:, None, :, :] <= gb[:, :, None, None] * tol) | ~np.isfinite(gb)[:, :, None, None]
-    ok = ok_x & ok_g & (d <= sc.caps[:, None, :, None])
-    # γ_k(d) and d·a_k grow with d: the allowed d form a prefix
-    return np.asarray(np.sum(np.cumprod(ok, axis=3), axis=3), dtype=np.int64)
-
-
-def _lower_bound(sc: SegmentCosts, caps: IntArray, xb: FloatArray, gb: FloatArray, L: int) -> FloatArray:
-    """LP relaxation (cheapest cost per TEB within the caps, filled greedily) plus the maxima."""
-    d = np.arange(1, L + 1)
-    per = sc.cost / d  # (R, K, L)
-    allowed = d[None, None, None, :] <= caps[:, :, :, None]  # (R, P, K, L)
-    rate = np.min(np.where(allowed, per[:, None], _INF), axis=3)  # (R, P, K)
-    order = np.argsort(rate, axis=2)
-    r_s = take_last(rate, order)
-    c_s = take_last(caps, order).astype(np.float64)
-    before = np.cumsum(c_s, axis=2) - c_s
-    take = np.clip(L - before, 0, c_s)
-    lp = np.sum(np.where(take > 0, r_s * take, 0.0), axis=2)
-    lp = np.where(caps.sum(axis=2) >= L, lp, _INF)
-    t_low = np.min(np.where(caps > 0, sc.link_s[:, None, :], _INF), axis=2)
-    xx = np.where(np.isfinite(xb), xb, 0.0)
-    gg = np.where(np.isfinite(gb), gb, 0.0)
-    cols = (
-        sc.c1[:, None],
-        sc.c2[:, None],
-        sc.stage_f[:, None],
-        sc.stage_b[:, None],
-        sc.gather_floor[:, None],
-    )
-    return lp + sc.constant[:, None] + _maxima(*cols, xx, t_low, gg)
-
-
-def _dp(
-    sc: SegmentCosts, caps: IntArray, xb: FloatArray, gb: FloatArray, L: int
-) -> tuple[IntArray, FloatArray]:
-    """Exact DP for every (row, pair) at once: δ (R, C, K) and the cost charged at the thresholds."""
-    rows, pairs, k = caps.shape
-    order = np.argsort(-sc.link_s, axis=1, kind="stable")  # decreasing link time
-    xx = np.where(np.isfinite(xb), xb, 0.0)
-    gg = np.where(np.isfinite(gb), gb, 0.0)
-    j = np.arange(L + 1)
-    d = np.arange(1, max(int(caps.max()), 1) + 1)  # no device takes more than the largest cap
-    pad = np.full((rows, pairs, L), _INF)  # dp padded with L infeasible entries: index j − d + L
-    r_idx, p_idx = np.arange(rows)[:, None], np.arange(pairs)[None, :]
-    dp = np.full((rows, pairs, L + 1), _INF)  # schedule started; "not started" is only j = 0
-    choice = np.zeros((k, rows, pairs, L + 1), dtype=np.int64)
-    started = np.zeros((k, rows, pairs, L + 1), dtype=bool)
-    # per device in DP order (elementwise, so the same numbers as one device at a time): caps (R, C, K),
-    # costs (R, K, L) and the maxima charged when the schedule starts on the device (R, C, K)
-    caps_o = take_last(caps, np.broadcast_to(order[:, None, :], caps.shape))
-    cost_o = sc.cost[np.arange(rows)[:, None], order]
-    cols = (
-        sc.c1[:, None, None],
-        sc.c2[:, None, None],
-        sc.stage_f[:, None, None],
-        sc.stage_b[:, None, None],
-        sc.gather_floor[:, None, None],
-    )
-    t_o = take_last(sc.link_s, order)[:, None, :]
-    start_all = _maxima(*cols, xx[:, :, None], t_o, gg[:, :, None])
-    # TEBs the devices after each step can still take (the largest over rows and pairs): at step s only
-    # dp[j] with j ≥ L − that can lead to a full placement, so the others are not updated (they are read
-    # only where the cost of d TEBs is ∞, and backtracking from j = L never reaches them)
-    later = np.cumsum(caps_o[:, :, ::-1], axis=2)[:, :, ::-1] - caps_o  # (R, C, K)
-    lowest = [max(0, L - int(later[:, :, step].max())) for step in range(k)]
-    for step in range(k):
-        lo = lowest[step]
-        cap = caps_o[:, :, step]  # (R, C)
-        start_cost = start_all[:, :, step]  # (R, C)
-        width = int(cap.max())  # D of this device: above its largest cap every continuation is ∞
-        old = dp[:, :, lo:]
-        if step == 0 or width == 0:  # nothing started yet (dp all ∞) or no TEB fits: no continuation
-            best_c = np.full(old.shape, _INF)
-            best_d = np.zeros(old.shape, dtype=np.int64)
-        else:
-            # (R, C, 1, D) cost of d TEBs on the device, ∞ above its cap
-            cost_d = np.where(d[:width] <= cap[:, :, None], cost_o[:, step][:, None, :width], _INF)
-            padded = np.concatenate([pad, dp], axis=2)
-            # (R, C, L+1−lo, D): dp[j − d] + cost of d TEBs, ∞ where j < d — a read-only strided view of
-            # the padded table (entry [j, i] is padded[L − D + j + i]), reversed so that d = 1 comes first
-            s0, s1, s2 = padded.strides
-            windows = as_strided(
-                padded[:, :, L - width + lo :],
-                (rows, pairs, L + 1 - lo, width),
-                (s0, s1, s2, s2),
-                writeable=False,
-            )
-            cont = windows[:, :, :, ::-1] + cost_d[:, :, None, :]
-            best_d = np.argmin(cont, axis=3)
-            best_c = take_last(cont, best_d[..., None])[..., 0]
-        first = np.concatenate([np.full((rows, 1), _INF), cost_o[:, step]], axis=1)[:, lo:]  # j TEBs
-        jj = j[None, None, lo:]
-        can_start = (jj >= 1) & (jj <= cap[:, :, None])
-        start = np.where(can_start, first[:, None, :] + start_cost[:, :, None], _INF)
-        new = np.minimum(old, np.minimum(best_c, start))
-        improved = new < old
-        choice[step, :, :, lo:] = np.where(improved, np.where(best_c <= start, best_d + 1, jj), 0)
-        started[step, :, :, lo:] = improved & (start < best_c)
-        dp[:, :, lo:] = new
-    delta = np.zeros((rows, pairs, k), dtype=np.int64)
-    left = np.full((rows, pairs), L)
-    done = np.zeros((rows, pairs), dtype=bool)
-    for step in range(k - 1, -1, -1):
-        dev = order[:, step]
-        take = np.where(done, 0, choice[step, r_idx, p_idx, left])
-        delta[r_idx, p_idx, dev[:, None]] = take
-        done |= started[step, r_idx, p_idx, left] & ~done
-        left = left - take
-    cost = dp[:, :, L] + sc.constant[:, None]
-    return delta, np.where(np.isfinite(cost) & (left == 0), cost, _INF)
+def _row_terms(sc: SegmentCosts) -> FloatArray:
+    """(6, R): c1, c2, c_F, c_B, Γ_f and the constant of each row."""
+    return np.stack([sc.c1, sc.c2, sc.stage_f, sc.stage_b, sc.gather_floor, sc.constant])
