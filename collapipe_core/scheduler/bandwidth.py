@@ -14,7 +14,7 @@ target, by the gather target, or interior (water-filling). A free target with sl
 by ζ_k/m_k²; m_k = 1 for the link target, 1/δ_k for the gather target, min(1, δ*/δ_k) when the two are
 tied at ratio δ*); a target can also sit at a kink of its term. The budget Σ_k (1/u_k − c_k)/d_k = 1
 fixes s in closed form. Every structure is a candidate, and the cheapest is the exact minimiser (the
-enumeration is compiled: ``kernels.py``).
+enumeration is compiled: ``kernels/bandwidth.py``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,21 @@
+"""Compiled (numba) kernels of DSSDA's hottest small-array steps: scalar loops, one row at a time.
+
+- :func:`bandwidth_rows` (``bandwidth.py``) — the bandwidth step's KKT structures;
+- :func:`segment_dp` (``segments.py``) — the segment step's exact DP for every (row, threshold pair);
+- :func:`pair_bounds` (``segments.py``) — each pair's device caps and LP lower bound;
+- ``scalars.py`` — the helpers they share (numpy's min/max and pairwise row sum, a stable sort).
+
+Each does the arithmetic of the numpy formulation it replaced, element by element and in the same
+order: candidates in the same order, the first least one taken, sums over a row's devices in numpy's
+pairwise order; on every call captured the outputs were bit-identical. Ties of two devices' sort keys
+may be ordered differently from numpy's argsort (unstable, SIMD): here they keep device order.
+
+Compiled on first use and cached on disk (``cache=True``: in ``NUMBA_CACHE_DIR`` if set, else in
+``__pycache__`` beside these files, else in numba's user-wide cache directory: the first writable one);
+docs/scheduler.md gives the compile times.
+"""
+
+from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
+from collapipe_core.scheduler.kernels.segments import pair_bounds, segment_dp
+
+__all__ = ["bandwidth_rows", "pair_bounds", "segment_dp"]
