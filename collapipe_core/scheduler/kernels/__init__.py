@@ -11,11 +11,13 @@ pairwise order; on every call captured the outputs were bit-identical. Ties of t
 may be ordered differently from numpy's argsort (unstable, SIMD): here they keep device order.
 
 Compiled on first use and cached on disk (``cache=True``: in ``NUMBA_CACHE_DIR`` if set, else in
-``__pycache__`` beside these files, else in numba's user-wide cache directory: the first writable one);
-docs/scheduler.md gives the compile times.
+``__pycache__`` beside these files, else in numba's user-wide cache directory: the first writable one).
+:func:`warm_up` (``python -m collapipe_core.scheduler.kernels``) compiles them all once, at install and
+image build; docs/scheduler.md gives the compile times.
 """
 
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
 from collapipe_core.scheduler.kernels.segments import pair_bounds, segment_dp
+from collapipe_core.scheduler.kernels.warmup import warm_up
 
-__all__ = ["bandwidth_rows", "pair_bounds", "segment_dp"]
+__all__ = ["bandwidth_rows", "pair_bounds", "segment_dp", "warm_up"]

@@ -1,6 +1,11 @@
 """Scalar helpers shared by the compiled kernels: the jit settings, numpy's float min/max and pairwise sum
 over a row, a stable insertion sort, and the conversions to the contiguous float64/int64 arrays the
-kernels are compiled for (one signature per kernel, so a warm cache covers every call)."""
+kernels are compiled for (one signature per kernel, so a warm cache covers every call).
+
+numba's disk cache of a kernel is checked against its own file only: after changing this file, delete the
+kernels' cache (``__pycache__/*.nbi``, ``*.nbc`` here, or ``NUMBA_CACHE_DIR``) and warm it up again
+(``python -m collapipe_core.scheduler.kernels``), or the kernels keep the old helpers.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,24 @@
+"""Compile every kernel once, on a tiny problem, so that the on-disk cache is warm before the first
+decision (``make setup`` and the image build run it; a cold cache costs seconds, docs/scheduler.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
+from collapipe_core.scheduler.kernels.segments import pair_bounds, segment_dp
+
+
+def warm_up() -> None:
+    """Call each kernel on a 1-row, 2-device, 3-TEB problem: compiles (or loads from the cache) the one
+    signature each is called with (the wrappers pass contiguous float64/int64 arrays and plain scalars)."""
+    num_blocks = 3
+    delta = np.array([[2, 1]])
+    terms = np.ones((6, 1))
+    bandwidth_rows(delta, np.zeros((1, 2)), np.ones((1, 2)), terms, 1.0, 1.0)
+    cost = np.cumsum(np.ones((1, 2, num_blocks)), axis=2)
+    link_s, x_bar, g_bar = np.ones((1, 2)), np.full((1, 1), np.inf), np.full((1, 1), np.inf)
+    caps, _ = pair_bounds(
+        cost, cost, np.full((1, 2), num_blocks), np.ones((1, 2)), link_s, terms, x_bar, g_bar, num_blocks
+    )
+    segment_dp(cost, link_s, terms, caps, x_bar, g_bar, num_blocks)

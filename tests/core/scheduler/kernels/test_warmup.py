@@ -1,0 +1,17 @@
+"""The warm-up compiles every signature a decision uses: after it, DSSDA compiles nothing new."""
+
+from __future__ import annotations
+
+from collapipe_core.scheduler import get_policy
+from collapipe_core.scheduler.kernels import bandwidth, segments, warm_up
+from tests.core.scheduler.instances import random_round
+
+
+def test_after_the_warm_up_a_decision_compiles_nothing() -> None:
+    warm_up()
+    kernels = (bandwidth._bandwidth_rows, segments._segment_dp, segments._pair_bounds)
+    compiled = [list(kernel.signatures) for kernel in kernels]
+    assert all(len(signatures) == 1 for signatures in compiled)
+    for seed in range(3):
+        get_policy("dssda").decide(random_round(seed, clusters=2, devices=3))
+    assert [list(kernel.signatures) for kernel in kernels] == compiled
