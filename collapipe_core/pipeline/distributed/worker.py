@@ -267,6 +267,10 @@ class RankWorker:
         if tracker is not None:
             measured["peak_tensor_bytes"] = float(resident + tracker.peak_bytes)
         if baseline_rss is not None and peak_rss is not None:
+            # the kernel stores its high-water mark only at some events (VmHWM reads the larger of
+            # that and the current, approximately counted, RSS): the mark after training can read a
+            # few pages below the baseline read at the start, which the process did hold
+            peak_rss = max(peak_rss, baseline_rss)
             measured["baseline_rss_bytes"] = float(baseline_rss)
             measured["peak_rss_bytes"] = float(peak_rss)
             measured["peak_rss_delta_bytes"] = float(peak_rss - baseline_rss)

@@ -2,9 +2,9 @@
 over a row, a stable insertion sort, and the conversions to the contiguous float64/int64 arrays the
 kernels are compiled for (one signature per kernel, so a warm cache covers every call).
 
-numba's disk cache of a kernel is checked against its own file only: after changing this file, delete the
-kernels' cache (``__pycache__/*.nbi``, ``*.nbc`` here, or ``NUMBA_CACHE_DIR``) and warm it up again
-(``python -m collapipe_core.scheduler.kernels``), or the kernels keep the old helpers.
+numba's disk cache of a kernel is checked against its own file only: after changing this file, update
+``SCALARS_SHA256`` in bandwidth.py and segments.py (tests/core/scheduler/kernels/test_cache.py fails
+until then and prints the new digest), which makes their cached kernels recompile.
 """
 
 from __future__ import annotations
