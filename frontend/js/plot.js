@@ -47,8 +47,8 @@ const RECENT_POINTS = 200; // the newest points of a live series stay as they ca
  * The history of a run comes downsampled by the API (LTTB) the same way.
  */
 export function thinTrace(trace, incoming = 0, max = MAX_TRACE_POINTS) {
-  if (trace.x.length + incoming <= max) return;
   const older = trace.x.length - RECENT_POINTS;
+  if (trace.x.length + incoming <= max || older < 2) return; // nothing older than the newest to halve
   const x = [trace.x[0]];
   const y = [trace.y[0]];
   let last = trace.y[0];

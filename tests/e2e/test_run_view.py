@@ -128,7 +128,9 @@ def test_long_live_series_stay_bounded_and_keep_the_newest_rounds(
           }
           const sorted = trace.x.every((x, i) => i === 0 || x > trace.x[i - 1]);
           const spike = trace.y.includes(1e6);
-          return { longest, max, tail: trace.x.slice(-200), spike, sorted, first: trace.x[0] };
+          const empty = { x: [], y: [] };
+          thinTrace(empty, 5000, max);  // a big batch for a series that has no points yet
+          return { longest, max, tail: trace.x.slice(-200), spike, sorted, first: trace.x[0], empty };
         }""",
         [module, bound],
     )
@@ -137,6 +139,7 @@ def test_long_live_series_stay_bounded_and_keep_the_newest_rounds(
     assert result["tail"] == list(range(4800, 5000))
     assert result["spike"], "the spike in the older part was thinned away"
     assert result["first"] == 0, "the start of the series was thinned away"
+    assert result["empty"] == {"x": [], "y": []}
     assert result["sorted"]
 
 
