@@ -61,11 +61,6 @@ def _status_bytes(field_name: str) -> int | None:
     return None
 
 
-def rss_bytes() -> int | None:
-    """The current resident set size (``VmRSS``), or None where /proc is not available."""
-    return _status_bytes("VmRSS")
-
-
 def reset_rss_peak() -> int | None:
     """Reset the resident-set high-water mark to the current RSS and return it (None if unsupported).
 
