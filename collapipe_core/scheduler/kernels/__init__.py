@@ -1,8 +1,9 @@
 """Compiled (numba) kernels of DSSDA's hottest small-array steps: scalar loops, one row at a time.
 
 - :func:`bandwidth_rows` (``bandwidth.py``) — the bandwidth step's KKT structures;
-- :func:`segment_dp` (``segments.py``) — the segment step's exact DP for every (row, threshold pair);
-- :func:`pair_bounds` (``segments.py``) — each pair's device caps and LP lower bound;
+- :func:`best_rows` (``segments.py``) — the whole segment step of each row: thresholds, each pair's
+  device caps and LP lower bound (:func:`pair_bounds`), the exact DP of the pairs that can still win
+  (:func:`segment_dp`);
 - ``scalars.py`` — the helpers they share (numpy's min/max and pairwise row sum, a stable sort).
 
 Each does the arithmetic of the numpy formulation it replaced, element by element and in the same
@@ -17,7 +18,7 @@ image build; docs/scheduler.md gives the compile times.
 """
 
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
-from collapipe_core.scheduler.kernels.segments import pair_bounds, segment_dp
+from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
 from collapipe_core.scheduler.kernels.warmup import warm_up
 
-__all__ = ["bandwidth_rows", "pair_bounds", "segment_dp", "warm_up"]
+__all__ = ["bandwidth_rows", "best_rows", "pair_bounds", "segment_dp", "warm_up"]

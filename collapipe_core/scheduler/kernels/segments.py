@@ -1,6 +1,7 @@
-"""The segment step compiled (the model: ``scheduler/segments.py``): the exact DP for every (row, threshold
-pair) (:func:`segment_dp`) and each pair's device caps and LP lower bound, which order and prune the pairs
-(:func:`pair_bounds`). Same arithmetic as the numpy formulation they replaced, element by element.
+"""The segment step compiled (the model: ``scheduler/segments.py``): :func:`best_rows` runs the whole step
+per row — the candidate thresholds, each (X̄, Γ̄) pair's device caps and LP lower bound (:func:`pair_bounds`
+for a batch), the exact DP of the pairs in order of their bounds (:func:`segment_dp` for a batch) while a
+pair can still beat the best found, and the exact cost of the result.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def segment_dp(
     where S_s = c1·[max(c_F, X̄, t_s) + max(c_B, 2X̄, t_s)] + c2·max(Γ_f, Γ̄) charges the maxima when the
     schedule starts on device s (X̄, Γ̄ read as 0 when ∞). Ties keep the earlier device's entry, then the
     smallest d, then a continuation over a start. The cost is dp_K[L] plus the row's constant, ∞ if no
-    placement fills L. Only the dp[j] from which the later devices can still reach L are updated (``lo``
-    below, over the whole batch as in the numpy formulation).
+    placement fills L. Only the dp[j] from which the later devices can still reach L are updated (``lo`` in
+    :func:`_dp_pair`: the pair's own caps decide it).
     """
     rows, pairs, k = caps.shape
     delta = np.zeros((rows, pairs, k), dtype=np.int64)
@@ -64,71 +65,85 @@ def segment_dp(
 @jit
 def _segment_dp(caps, cost, link_s, terms, x_bar, g_bar, L, delta, out):  # type: ignore[no-untyped-def]
     rows, pairs, k = caps.shape
-    order = np.empty((rows, k), dtype=np.int64)
+    order = np.empty(k, dtype=np.int64)
+    scratch = _dp_scratch(k, L)
     for r in range(rows):
-        sort_order(link_s[r], True, order[r])
-    # per step over the batch: the most TEBs the later devices can take (the lowest dp index still useful)
-    later_max = np.zeros(k, dtype=np.int64)
-    for r in range(rows):
+        sort_order(link_s[r], True, order)
         for c in range(pairs):
-            after = 0
-            for step in range(k - 1, -1, -1):
-                cap = caps[r, c, order[r, step]]
-                later_max[step] = max(later_max[step], after)
-                after += cap
-    dp = np.empty(L + 1)
-    choice = np.zeros((k, L + 1), dtype=np.int64)
-    started = np.zeros((k, L + 1), dtype=np.bool_)
-    for r in range(rows):
-        c1, c2, stage_f, stage_b, floor, constant = terms[r]
-        for c in range(pairs):
-            total_cap = 0
-            for i in range(k):
-                total_cap += caps[r, c, i]
-            if total_cap < L:  # no placement fills L (a pruned pair has every cap 0)
-                out[r, c] = INF
-                continue
-            x = x_bar[r, c] if math.isfinite(x_bar[r, c]) else 0.0
-            g = g_bar[r, c] if math.isfinite(g_bar[r, c]) else 0.0
-            dp[:] = INF
-            choice[:] = 0
-            started[:] = False
-            for step in range(k):
-                dev = order[r, step]
-                cap = caps[r, c, dev]
-                t = link_s[r, dev]
-                stages = fmax(fmax(stage_f, x), t) + fmax(fmax(stage_b, 2 * x), t)
-                start_cost = c1 * stages + c2 * fmax(floor, g)
-                lo = max(0, L - later_max[step])
-                for j in range(L, lo - 1, -1):  # descending: dp[j − d] is still the previous step's
-                    # min over d of dp[j − d] + c(d), the first least d; d above the cap or j is ∞ (as is
-                    # the whole minimum on the first device), read as d = 1 when nothing is finite
-                    best_c = INF
-                    best_d = 0
-                    if step > 0:
-                        for dd in range(1, min(cap, j) + 1):
-                            v = dp[j - dd] + cost[r, dev, dd - 1]
-                            if v < best_c:
-                                best_c, best_d = v, dd - 1
-                    start = cost[r, dev, j - 1] + start_cost if 1 <= j <= cap else INF
-                    old = dp[j]
-                    new = fmin(old, fmin(best_c, start))
-                    if new < old:
-                        choice[step, j] = best_d + 1 if best_c <= start else j
-                        started[step, j] = start < best_c
-                    else:
-                        choice[step, j] = 0
-                        started[step, j] = False
-                    dp[j] = new
-            left = L
-            done = False
-            for step in range(k - 1, -1, -1):
-                take = 0 if done else choice[step, left]
-                delta[r, c, order[r, step]] = take
-                done = done or started[step, left]
-                left -= take
-            total = dp[L] + constant
-            out[r, c] = total if math.isfinite(total) and left == 0 else INF
+            x, g = x_bar[r, c], g_bar[r, c]
+            out[r, c] = _dp_pair(
+                caps[r, c], cost[r], link_s[r], terms[r], x, g, L, order, scratch, delta[r, c]
+            )
+
+
+@jit
+def _dp_scratch(k, L):  # type: ignore[no-untyped-def]
+    """Work arrays of :func:`_dp_pair`: dp (L + 1), choice and started (K, L + 1), later_max (K)."""
+    return (
+        np.empty(L + 1),
+        np.zeros((k, L + 1), dtype=np.int64),
+        np.zeros((k, L + 1), dtype=np.bool_),
+        np.zeros(k, dtype=np.int64),
+    )
+
+
+@jit
+def _dp_pair(caps, cost, link_s, terms, x_bar, g_bar, L, order, scratch, delta):  # type: ignore[no-untyped-def]
+    """The DP of one (row, pair): writes δ (K,) and returns the cost charged at the thresholds (∞: none).
+
+    caps (K,) under the pair; cost (K, L); link_s (K,); terms (6,); order: devices by decreasing t_k."""
+    dp, choice, started, later_max = scratch
+    k = caps.shape[0]
+    c1, c2, stage_f, stage_b, floor, constant = terms
+    for i in range(k):
+        delta[i] = 0
+    after = 0
+    for step in range(k - 1, -1, -1):  # the most TEBs the devices after each step can take
+        later_max[step] = after
+        after += caps[order[step]]
+    if after < L:  # no placement fills L (a pruned pair has every cap 0)
+        return INF
+    x = x_bar if math.isfinite(x_bar) else 0.0
+    g = g_bar if math.isfinite(g_bar) else 0.0
+    dp[:] = INF
+    choice[:] = 0
+    started[:] = False
+    for step in range(k):
+        dev = order[step]
+        cap = caps[dev]
+        t = link_s[dev]
+        stages = fmax(fmax(stage_f, x), t) + fmax(fmax(stage_b, 2 * x), t)
+        start_cost = c1 * stages + c2 * fmax(floor, g)
+        lo = max(0, L - later_max[step])
+        for j in range(L, lo - 1, -1):  # descending: dp[j − d] is still the previous step's
+            # min over d of dp[j − d] + c(d), the first least d; d above the cap or j is ∞ (as is the
+            # whole minimum on the first device), read as d = 1 when nothing is finite
+            best_c = INF
+            best_d = 0
+            if step > 0:
+                for dd in range(1, min(cap, j) + 1):
+                    v = dp[j - dd] + cost[dev, dd - 1]
+                    if v < best_c:
+                        best_c, best_d = v, dd - 1
+            start = cost[dev, j - 1] + start_cost if 1 <= j <= cap else INF
+            old = dp[j]
+            new = fmin(old, fmin(best_c, start))
+            if new < old:
+                choice[step, j] = best_d + 1 if best_c <= start else j
+                started[step, j] = start < best_c
+            else:
+                choice[step, j] = 0
+                started[step, j] = False
+            dp[j] = new
+    left = L
+    done = False
+    for step in range(k - 1, -1, -1):
+        take = 0 if done else choice[step, left]
+        delta[order[step]] = take
+        done = done or started[step, left]
+        left -= take
+    total = dp[L] + constant
+    return total if math.isfinite(total) and left == 0 else INF
 
 
 def pair_bounds(
@@ -171,41 +186,228 @@ def pair_bounds(
 @jit
 def _pair_bounds(memory_caps, cost, gather_s, compute_s, link_s, terms, x_bar, g_bar, L, caps, lower):  # type: ignore[no-untyped-def]
     rows, pairs = x_bar.shape
-    k = compute_s.shape[1]
-    tol = 1 + 1e-12
-    rate = np.empty(k)
-    taken = np.empty(k)
-    order = np.empty(k, dtype=np.int64)
+    scratch = _bound_scratch(compute_s.shape[1])
     for r in range(rows):
-        c1, c2, stage_f, stage_b, floor, constant = terms[r]
         for p in range(pairs):
-            xb, gb = x_bar[r, p], g_bar[r, p]
-            total_cap = 0
-            fastest = INF
-            for i in range(k):
-                cap = 0
-                for d in range(1, L + 1):
-                    ok_x = d * compute_s[r, i] <= xb * tol or not math.isfinite(xb)
-                    ok_g = gather_s[r, i, d - 1] <= gb * tol or not math.isfinite(gb)
-                    if not (ok_x and ok_g and d <= memory_caps[r, i]):
-                        break
-                    cap = d
-                caps[r, p, i] = cap
-                total_cap += cap
-                rate[i] = INF
-                for d in range(1, cap + 1):
-                    rate[i] = fmin(rate[i], cost[r, i, d - 1] / d)
-                if cap > 0:
-                    fastest = fmin(fastest, link_s[r, i])
-            sort_order(rate, False, order)
-            before = 0.0
-            for q in range(k):
-                cap_q = float(caps[r, p, order[q]])
-                take = fmin(fmax(L - before, 0.0), cap_q)
-                taken[q] = rate[order[q]] * take if take > 0 else 0.0
-                before += cap_q
-            lp = row_sum(taken, k) if total_cap >= L else INF
-            x = xb if math.isfinite(xb) else 0.0
-            g = gb if math.isfinite(gb) else 0.0
-            stages = fmax(fmax(stage_f, x), fastest) + fmax(fmax(stage_b, 2 * x), fastest)
-            lower[r, p] = lp + constant + (c1 * stages + c2 * fmax(floor, g))
+            lower[r, p] = _bound_pair(
+                memory_caps[r], cost[r], gather_s[r], compute_s[r], link_s[r], terms[r], x_bar[r, p],
+                g_bar[r, p], L, scratch, caps[r, p],
+            )  # fmt: skip
+
+
+@jit
+def _bound_scratch(k):  # type: ignore[no-untyped-def]
+    """Work arrays of :func:`_bound_pair`: rate, taken (K) and an order (K)."""
+    return np.empty(k), np.empty(k), np.empty(k, dtype=np.int64)
+
+
+@jit
+def _bound_pair(memory_caps, cost, gather_s, compute_s, link_s, terms, xb, gb, L, scratch, caps):  # type: ignore[no-untyped-def]
+    """One row's device caps under the pair (X̄, Γ̄), written into caps (K,), and the pair's lower bound."""
+    rate, taken, order = scratch
+    k = compute_s.shape[0]
+    tol = 1 + 1e-12
+    c1, c2, stage_f, stage_b, floor, constant = terms
+    total_cap = 0
+    fastest = INF
+    for i in range(k):
+        cap = 0
+        for d in range(1, L + 1):
+            ok_x = d * compute_s[i] <= xb * tol or not math.isfinite(xb)
+            ok_g = gather_s[i, d - 1] <= gb * tol or not math.isfinite(gb)
+            if not (ok_x and ok_g and d <= memory_caps[i]):
+                break
+            cap = d
+        caps[i] = cap
+        total_cap += cap
+        rate[i] = INF
+        for d in range(1, cap + 1):
+            rate[i] = fmin(rate[i], cost[i, d - 1] / d)
+        if cap > 0:
+            fastest = fmin(fastest, link_s[i])
+    sort_order(rate, False, order)
+    before = 0.0
+    for q in range(k):
+        cap_q = float(caps[order[q]])
+        take = fmin(fmax(L - before, 0.0), cap_q)
+        taken[q] = rate[order[q]] * take if take > 0 else 0.0
+        before += cap_q
+    lp = row_sum(taken, k) if total_cap >= L else INF
+    x = xb if math.isfinite(xb) else 0.0
+    g = gb if math.isfinite(gb) else 0.0
+    stages = fmax(fmax(stage_f, x), fastest) + fmax(fmax(stage_b, 2 * x), fastest)
+    return lp + constant + (c1 * stages + c2 * fmax(floor, g))
+
+
+def best_rows(
+    cost: FloatArray,
+    gather_s: FloatArray,
+    memory_caps: IntArray,
+    compute_s: FloatArray,
+    link_s: FloatArray,
+    row_terms: FloatArray,
+    current: IntArray,
+    num_blocks: int,
+    width: int,
+) -> tuple[IntArray, FloatArray]:
+    """The whole segment step of every row: the best δ (R, K) and its exact cost J (R,) (∞: no placement).
+
+    Arrays as in :func:`pair_bounds`; ``current`` (R, K) seeds the incumbent when it fits; ``width`` the
+    most thresholds of each kind (X̄ and Γ̄) examined, nearest the current solution's X and Γ.
+
+    Per row: the thresholds (:func:`_thresholds`, :func:`_window`), every pair's caps and lower bound
+    (:func:`_bound_pair`), then the pairs in increasing bound (stable), each solved by the DP
+    (:func:`_dp_pair`) until the bound reaches the best cost found (relative 1e-12); the result's exact
+    cost by :func:`_segment_cost` (the DP's charge at the thresholds is an upper bound of it).
+    """
+    rows, k = compute_s.shape
+    delta = np.empty((rows, k), dtype=np.int64)
+    out = np.empty(rows)
+    cost, gather_s, compute_s, link_s, terms = as_floats(
+        cost, gather_s, compute_s, link_s, np.transpose(row_terms)
+    )
+    _best_rows(
+        as_ints(memory_caps), cost, gather_s, compute_s, link_s, terms, as_ints(current), int(num_blocks),
+        int(width), delta, out,
+    )  # fmt: skip
+    return delta, out
+
+
+@jit
+def _best_rows(memory_caps, cost, gather_s, compute_s, link_s, terms, current, L, width, delta, out):  # type: ignore[no-untyped-def]
+    rows, k = compute_s.shape
+    xs = np.empty(k * L)
+    gs = np.empty(k * L)
+    pairs = width * width
+    pair_caps = np.empty((pairs, k), dtype=np.int64)
+    lower = np.empty(pairs)
+    x_bar = np.empty(pairs)
+    g_bar = np.empty(pairs)
+    link_order = np.empty(k, dtype=np.int64)
+    trial = np.empty(k, dtype=np.int64)
+    work = np.empty(k)
+    bound_scratch = _bound_scratch(k)
+    dp_scratch = _dp_scratch(k, L)
+    for r in range(rows):
+        c1, c2, stage_f, stage_b, floor, _constant = terms[r]
+        caps = memory_caps[r]
+        # candidate thresholds: X̄ from d·a_k (only with a stage term), Γ̄ from γ_k(d), for d ≤ the cap
+        t_low = INF  # T is at least the fastest link that can be scheduled
+        n = 0
+        for i in range(k):
+            if caps[i] > 0:
+                t_low = fmin(t_low, link_s[r, i])
+            for d in range(1, L + 1):
+                ok = d <= caps[i]
+                xs[n] = compute_s[r, i] * float(d) if ok and c1 > 0 else INF
+                gs[n] = gather_s[r, i, d - 1] if ok and c2 > 0 else INF
+                n += 1
+        x_floor = fmin(fmax(stage_f, t_low), 0.5 * fmax(stage_b, t_low))
+        nx = _thresholds(xs, n, x_floor)
+        ng = _thresholds(gs, n, floor)
+        x_now = 0.0
+        g_now = 0.0
+        for i in range(k):
+            if current[r, i] > 0:
+                x_now = fmax(x_now, current[r, i] * compute_s[r, i])
+                g_now = fmax(g_now, gather_s[r, i, min(max(current[r, i] - 1, 0), L - 1)])
+        x0, nx = _window(xs, nx, x_now, width)
+        g0, ng = _window(gs, ng, g_now, width)
+        count = nx * ng
+        for ix in range(nx):
+            for ig in range(ng):
+                p = ix * ng + ig
+                x_bar[p] = xs[x0 + ix]
+                g_bar[p] = gs[g0 + ig]
+                lower[p] = _bound_pair(
+                    caps, cost[r], gather_s[r], compute_s[r], link_s[r], terms[r], x_bar[p], g_bar[p], L,
+                    bound_scratch, pair_caps[p],
+                )  # fmt: skip
+        # the incumbent: the current placement if it fits
+        total = 0
+        fits = True
+        for i in range(k):
+            delta[r, i] = current[r, i]
+            total += current[r, i]
+            fits = fits and current[r, i] <= caps[i]
+        best = (
+            _segment_cost(cost[r], gather_s[r], compute_s[r], link_s[r], terms[r], delta[r], work)
+            if (fits and total == L)
+            else INF
+        )
+        sort_order(link_s[r], True, link_order)
+        for p in np.argsort(lower[:count], kind="mergesort"):
+            if not lower[p] < best * (1 - 1e-12):
+                break  # the bounds are sorted: no pair left can do better
+            x, g = x_bar[p], g_bar[p]
+            value = _dp_pair(
+                pair_caps[p], cost[r], link_s[r], terms[r], x, g, L, link_order, dp_scratch, trial
+            )
+            if value < best:
+                best = value
+                for i in range(k):
+                    delta[r, i] = trial[i]
+        total = 0
+        fits = True
+        for i in range(k):
+            total += delta[r, i]
+            fits = fits and delta[r, i] <= caps[i]
+        out[r] = (
+            _segment_cost(cost[r], gather_s[r], compute_s[r], link_s[r], terms[r], delta[r], work)
+            if fits and total == L
+            else INF
+        )
+
+
+@jit
+def _thresholds(v, n, floor):  # type: ignore[no-untyped-def]
+    """Sorts v[:n] and keeps its finite values in place, dropping those at or below the term's floor
+    except the largest of them (a threshold there charges the floor, like that one); returns the count
+    (at least 1: a lone ∞, no threshold, when no value is finite)."""
+    v[:n].sort()
+    top_below = -INF
+    for i in range(n):
+        if v[i] <= floor:
+            top_below = fmax(top_below, v[i])
+    m = 0
+    for i in range(n):
+        x = v[i]
+        if math.isfinite(x) and not (x <= floor and x < top_below):
+            v[m] = x
+            m += 1
+    if m == 0:
+        v[0] = INF
+        m = 1
+    return m
+
+
+@jit
+def _window(v, n, now, width):  # type: ignore[no-untyped-def]
+    """(start, count) of the at most ``width`` sorted thresholds v[:n] centred on the one nearest ``now``."""
+    if n <= width:
+        return 0, n
+    pos = 0
+    for i in range(1, n):
+        if abs(v[i] - now) < abs(v[pos] - now):
+            pos = i
+    return min(max(pos - width // 2, 0), n - width), width
+
+
+@jit
+def _segment_cost(cost, gather_s, compute_s, link_s, terms, delta, work):  # type: ignore[no-untyped-def]
+    """J(δ) of one row (memory caps not checked), as ``segments.segment_cost``."""
+    k = delta.shape[0]
+    last = cost.shape[1] - 1
+    c1, c2, stage_f, stage_b, floor, constant = terms
+    gam = 0.0
+    x = 0.0
+    t = 0.0
+    for i in range(k):
+        on = delta[i] > 0
+        idx = min(max(delta[i] - 1, 0), last)
+        work[i] = cost[i, idx] if on else 0.0
+        gam = fmax(gam, gather_s[i, idx] if on else 0.0)
+        x = fmax(x, delta[i] * compute_s[i] if on else 0.0)
+        t = fmax(t, link_s[i] if on else 0.0)
+    stages = fmax(fmax(stage_f, x), t) + fmax(fmax(stage_b, 2 * x), t)
+    return row_sum(work, k) + constant + (c1 * stages + c2 * fmax(floor, gam))

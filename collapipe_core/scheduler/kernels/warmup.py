@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
-from collapipe_core.scheduler.kernels.segments import pair_bounds, segment_dp
+from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
 
 
 def warm_up() -> None:
@@ -22,3 +22,4 @@ def warm_up() -> None:
         cost, cost, np.full((1, 2), num_blocks), np.ones((1, 2)), link_s, terms, x_bar, g_bar, num_blocks
     )
     segment_dp(cost, link_s, terms, caps, x_bar, g_bar, num_blocks)
+    best_rows(cost, cost, np.full((1, 2), num_blocks), np.ones((1, 2)), link_s, terms, delta, num_blocks, 2)

@@ -9,7 +9,7 @@ from tests.core.scheduler.instances import random_round
 
 def test_after_the_warm_up_a_decision_compiles_nothing() -> None:
     warm_up()
-    kernels = (bandwidth._bandwidth_rows, segments._segment_dp, segments._pair_bounds)
+    kernels = (bandwidth._bandwidth_rows, segments._segment_dp, segments._pair_bounds, segments._best_rows)
     compiled = [list(kernel.signatures) for kernel in kernels]
     assert all(len(signatures) == 1 for signatures in compiled)
     for seed in range(3):
