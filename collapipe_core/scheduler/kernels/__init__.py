@@ -4,6 +4,8 @@
 - :func:`best_rows` (``segments.py``) — the whole segment step of each row: thresholds, each pair's
   device caps and LP lower bound (:func:`pair_bounds`), the exact DP of the pairs that can still win
   (:func:`segment_dp`);
+- :func:`memory_limits`, :func:`joint_microbatches` (``microbatches.py``) — the micro-batch step's
+  memory limit on M and its exact joint M;
 - ``scalars.py`` — the helpers they share (numpy's min/max and pairwise row sum, a stable sort).
 
 Each does the arithmetic of the numpy formulation it replaced, element by element and in the same
@@ -18,7 +20,16 @@ image build; docs/scheduler.md gives the compile times.
 """
 
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
+from collapipe_core.scheduler.kernels.microbatches import joint_microbatches, memory_limits
 from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
 from collapipe_core.scheduler.kernels.warmup import warm_up
 
-__all__ = ["bandwidth_rows", "best_rows", "pair_bounds", "segment_dp", "warm_up"]
+__all__ = [
+    "bandwidth_rows",
+    "best_rows",
+    "joint_microbatches",
+    "memory_limits",
+    "pair_bounds",
+    "segment_dp",
+    "warm_up",
+]

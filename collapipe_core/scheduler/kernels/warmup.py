@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
+from collapipe_core.scheduler.kernels.microbatches import joint_microbatches, memory_limits
 from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
 
 
@@ -23,3 +24,13 @@ def warm_up() -> None:
     )
     segment_dp(cost, link_s, terms, caps, x_bar, g_bar, num_blocks)
     best_rows(cost, cost, np.full((1, 2), num_blocks), np.ones((1, 2)), link_s, terms, delta, num_blocks, 2)
+    memory_limits(delta, np.ones((1, 2)), 1.0, 1.0, 1.0, 2, False)
+    joint_microbatches(
+        delta[None],
+        link_s[None],
+        link_s[None],
+        np.ones((1, 1), dtype=np.int64),
+        np.ones((3, 1, 2)),
+        np.ones(8),
+        2,
+    )

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from collapipe_core.scheduler import get_policy
-from collapipe_core.scheduler.kernels import bandwidth, segments, warm_up
+from collapipe_core.scheduler.kernels import bandwidth, microbatches, segments, warm_up
 from tests.core.scheduler.instances import random_round
 
 
 def test_after_the_warm_up_a_decision_compiles_nothing() -> None:
     warm_up()
-    kernels = (bandwidth._bandwidth_rows, segments._segment_dp, segments._pair_bounds, segments._best_rows)
+    kernels = (
+        bandwidth._bandwidth_rows,
+        segments._segment_dp,
+        segments._pair_bounds,
+        segments._best_rows,
+        microbatches._memory_limits,
+        microbatches._joint,
+    )
     compiled = [list(kernel.signatures) for kernel in kernels]
     assert all(len(signatures) == 1 for signatures in compiled)
     for seed in range(3):
