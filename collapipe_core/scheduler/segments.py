@@ -14,6 +14,8 @@ part; the maxima are handled exactly:
   "started" flag and charges the maxima on the transition that starts the schedule.
 - X and Γ: thresholds (X̄, Γ̄) from the values d·a_k and γ_k(d) are enumerated; a threshold pair caps
   device k at the largest d with d·a_k ≤ X̄ and γ_k(d) ≤ Γ̄, and the maxima are charged at X̄ and Γ̄.
+  (γ_k(d) = d·B·u_k(d) does not decrease with d in either link model, so the d under a threshold form a
+  prefix; the exactness below relies on it.)
   Every solution is feasible under its own thresholds, where that charge is exact, so the minimum over
   all pairs is the exact optimum. Pairs are solved in order of a valid lower bound — the LP relaxation
   (each device's cheapest cost per TEB, min_d c_k(d)/d, filled greedily under the caps) plus the maxima

@@ -186,43 +186,65 @@ def pair_bounds(
 @jit
 def _pair_bounds(memory_caps, cost, gather_s, compute_s, link_s, terms, x_bar, g_bar, L, caps, lower):  # type: ignore[no-untyped-def]
     rows, pairs = x_bar.shape
-    scratch = _bound_scratch(compute_s.shape[1])
+    scratch = _bound_scratch(compute_s.shape[1], L)
     for r in range(rows):
+        _row_prefixes(cost[r], gather_s[r], scratch)
         for p in range(pairs):
             lower[r, p] = _bound_pair(
-                memory_caps[r], cost[r], gather_s[r], compute_s[r], link_s[r], terms[r], x_bar[r, p],
-                g_bar[r, p], L, scratch, caps[r, p],
+                memory_caps[r], compute_s[r], link_s[r], terms[r], x_bar[r, p], g_bar[r, p], L, scratch,
+                caps[r, p],
             )  # fmt: skip
 
 
 @jit
-def _bound_scratch(k):  # type: ignore[no-untyped-def]
-    """Work arrays of :func:`_bound_pair`: rate, taken (K) and an order (K)."""
-    return np.empty(k), np.empty(k), np.empty(k, dtype=np.int64)
+def _bound_scratch(k, L):  # type: ignore[no-untyped-def]
+    """Work arrays of :func:`_bound_pair`: the row's prefixes (K, L) of :func:`_row_prefixes`, rate and
+    taken (K) and an order (K)."""
+    return np.empty((k, L)), np.empty((k, L)), np.empty(k), np.empty(k), np.empty(k, dtype=np.int64)
 
 
 @jit
-def _bound_pair(memory_caps, cost, gather_s, compute_s, link_s, terms, xb, gb, L, scratch, caps):  # type: ignore[no-untyped-def]
-    """One row's device caps under the pair (X̄, Γ̄), written into caps (K,), and the pair's lower bound."""
-    rate, taken, order = scratch
+def _row_prefixes(cost, gather_s, scratch):  # type: ignore[no-untyped-def]
+    """Per device of one row, over d = 1..L: the least cost per TEB min_{d' ≤ d} c_k(d')/d' and the
+    largest gather time max_{d' ≤ d} γ_k(d') (NaN propagates: a NaN fails every threshold after it)."""
+    rate_min, gather_max = scratch[0], scratch[1]
+    k, L = cost.shape
+    for i in range(k):
+        rate = INF
+        top = -INF
+        for d in range(1, L + 1):
+            rate = fmin(rate, cost[i, d - 1] / d)
+            top = fmax(top, gather_s[i, d - 1])
+            rate_min[i, d - 1] = rate
+            gather_max[i, d - 1] = top
+
+
+@jit
+def _bound_pair(memory_caps, compute_s, link_s, terms, xb, gb, L, scratch, caps):  # type: ignore[no-untyped-def]
+    """One row's device caps under the pair (X̄, Γ̄), written into caps (K,), and the pair's lower bound;
+    scratch holds the row's prefixes (:func:`_row_prefixes`). A device's allowed d form a prefix (d·a_k
+    grows with d; γ_k(d) is checked through its running maximum), found by bisection."""
+    rate_min, gather_max, rate, taken, order = scratch
     k = compute_s.shape[0]
     tol = 1 + 1e-12
     c1, c2, stage_f, stage_b, floor, constant = terms
+    x_free, g_free = not math.isfinite(xb), not math.isfinite(gb)
     total_cap = 0
     fastest = INF
     for i in range(k):
-        cap = 0
-        for d in range(1, L + 1):
-            ok_x = d * compute_s[i] <= xb * tol or not math.isfinite(xb)
-            ok_g = gather_s[i, d - 1] <= gb * tol or not math.isfinite(gb)
-            if not (ok_x and ok_g and d <= memory_caps[i]):
-                break
-            cap = d
+        lo, hi = 0, min(L, memory_caps[i])  # the largest allowed d lies in [lo, hi]
+        while lo < hi:
+            d = (lo + hi + 1) // 2
+            ok_x = x_free or d * compute_s[i] <= xb * tol
+            ok_g = g_free or gather_max[i, d - 1] <= gb * tol
+            if ok_x and ok_g:
+                lo = d
+            else:
+                hi = d - 1
+        cap = lo
         caps[i] = cap
         total_cap += cap
-        rate[i] = INF
-        for d in range(1, cap + 1):
-            rate[i] = fmin(rate[i], cost[i, d - 1] / d)
+        rate[i] = rate_min[i, cap - 1] if cap > 0 else INF
         if cap > 0:
             fastest = fmin(fastest, link_s[i])
     sort_order(rate, False, order)
@@ -255,8 +277,8 @@ def best_rows(
     Arrays as in :func:`pair_bounds`; ``current`` (R, K) seeds the incumbent when it fits; ``width`` the
     most thresholds of each kind (X̄ and Γ̄) examined, nearest the current solution's X and Γ.
 
-    Per row: the thresholds (:func:`_thresholds`, :func:`_window`), every pair's caps and lower bound
-    (:func:`_bound_pair`), then the pairs in increasing bound (stable), each solved by the DP
+    Per row: the thresholds (:func:`_sorted_runs`, :func:`_thresholds`, :func:`_window`), every pair's caps
+    and lower bound (:func:`_bound_pair`), then the pairs in increasing bound (stable), each solved by the DP
     (:func:`_dp_pair`) until the bound reaches the best cost found (relative 1e-12); the result's exact
     cost by :func:`_segment_cost` (the DP's charge at the thresholds is an upper bound of it).
     """
@@ -278,33 +300,36 @@ def _best_rows(memory_caps, cost, gather_s, compute_s, link_s, terms, current, L
     rows, k = compute_s.shape
     xs = np.empty(k * L)
     gs = np.empty(k * L)
+    x_runs = np.empty((k, L))  # d·a_k of each device, d = 1..cap
+    x_len = np.empty(k, dtype=np.int64)
+    g_len = np.empty(k, dtype=np.int64)
+    heads = np.empty(k, dtype=np.int64)
     pairs = width * width
     pair_caps = np.empty((pairs, k), dtype=np.int64)
     lower = np.empty(pairs)
+    pair_order = np.empty(pairs, dtype=np.int64)
     x_bar = np.empty(pairs)
     g_bar = np.empty(pairs)
     link_order = np.empty(k, dtype=np.int64)
     trial = np.empty(k, dtype=np.int64)
     work = np.empty(k)
-    bound_scratch = _bound_scratch(k)
+    bound_scratch = _bound_scratch(k, L)
     dp_scratch = _dp_scratch(k, L)
     for r in range(rows):
         c1, c2, stage_f, stage_b, floor, _constant = terms[r]
         caps = memory_caps[r]
         # candidate thresholds: X̄ from d·a_k (only with a stage term), Γ̄ from γ_k(d), for d ≤ the cap
         t_low = INF  # T is at least the fastest link that can be scheduled
-        n = 0
         for i in range(k):
             if caps[i] > 0:
                 t_low = fmin(t_low, link_s[r, i])
-            for d in range(1, L + 1):
-                ok = d <= caps[i]
-                xs[n] = compute_s[r, i] * float(d) if ok and c1 > 0 else INF
-                gs[n] = gather_s[r, i, d - 1] if ok and c2 > 0 else INF
-                n += 1
+            for d in range(1, min(caps[i], L) + 1):
+                x_runs[i, d - 1] = compute_s[r, i] * float(d)
+            x_len[i] = min(caps[i], L) if c1 > 0 else 0
+            g_len[i] = min(caps[i], L) if c2 > 0 else 0
         x_floor = fmin(fmax(stage_f, t_low), 0.5 * fmax(stage_b, t_low))
-        nx = _thresholds(xs, n, x_floor)
-        ng = _thresholds(gs, n, floor)
+        nx = _thresholds(xs, _sorted_runs(x_runs, x_len, heads, xs), x_floor)
+        ng = _thresholds(gs, _sorted_runs(gather_s[r], g_len, heads, gs), floor)
         x_now = 0.0
         g_now = 0.0
         for i in range(k):
@@ -314,15 +339,23 @@ def _best_rows(memory_caps, cost, gather_s, compute_s, link_s, terms, current, L
         x0, nx = _window(xs, nx, x_now, width)
         g0, ng = _window(gs, ng, g_now, width)
         count = nx * ng
+        _row_prefixes(cost[r], gather_s[r], bound_scratch)
         for ix in range(nx):
             for ig in range(ng):
                 p = ix * ng + ig
                 x_bar[p] = xs[x0 + ix]
                 g_bar[p] = gs[g0 + ig]
                 lower[p] = _bound_pair(
-                    caps, cost[r], gather_s[r], compute_s[r], link_s[r], terms[r], x_bar[p], g_bar[p], L,
-                    bound_scratch, pair_caps[p],
-                )  # fmt: skip
+                    caps,
+                    compute_s[r],
+                    link_s[r],
+                    terms[r],
+                    x_bar[p],
+                    g_bar[p],
+                    L,
+                    bound_scratch,
+                    pair_caps[p],
+                )
         # the incumbent: the current placement if it fits
         total = 0
         fits = True
@@ -336,7 +369,13 @@ def _best_rows(memory_caps, cost, gather_s, compute_s, link_s, terms, current, L
             else INF
         )
         sort_order(link_s[r], True, link_order)
-        for p in np.argsort(lower[:count], kind="mergesort"):
+        for p in range(count):  # NaN bounds (NaN costs) stop the search like ∞ ones
+            lower[p] = lower[p] if lower[p] == lower[p] else INF
+        if count <= 64:  # increasing bound, ties in pair order
+            sort_order(lower[:count], False, pair_order[:count])
+        else:
+            pair_order[:count] = np.argsort(lower[:count], kind="mergesort")
+        for p in pair_order[:count]:
             if not lower[p] < best * (1 - 1e-12):
                 break  # the bounds are sorted: no pair left can do better
             x, g = x_bar[p], g_bar[p]
@@ -360,11 +399,41 @@ def _best_rows(memory_caps, cost, gather_s, compute_s, link_s, terms, current, L
 
 
 @jit
+def _sorted_runs(runs, lengths, heads, out):  # type: ignore[no-untyped-def]
+    """The first lengths[i] values of every row i of ``runs`` (K, L), sorted ascending, into out; returns
+    their count. Rows that do not decrease (d·a_k always; γ_k(d) in the link models) are merged, any
+    other input is sorted."""
+    k = runs.shape[0]
+    n = 0
+    ordered = True
+    for i in range(k):
+        for d in range(1, lengths[i]):
+            ordered = ordered and runs[i, d - 1] <= runs[i, d]
+        n += lengths[i]
+    if not ordered:
+        m = 0
+        for i in range(k):
+            for d in range(lengths[i]):
+                out[m] = runs[i, d]
+                m += 1
+        out[:n].sort()
+        return n
+    heads[:] = 0
+    for m in range(n):
+        pick = -1
+        for i in range(k):
+            if heads[i] < lengths[i] and (pick < 0 or runs[i, heads[i]] < runs[pick, heads[pick]]):
+                pick = i
+        out[m] = runs[pick, heads[pick]]
+        heads[pick] += 1
+    return n
+
+
+@jit
 def _thresholds(v, n, floor):  # type: ignore[no-untyped-def]
-    """Sorts v[:n] and keeps its finite values in place, dropping those at or below the term's floor
+    """Keeps the finite values of the sorted v[:n] in place, dropping those at or below the term's floor
     except the largest of them (a threshold there charges the floor, like that one); returns the count
     (at least 1: a lone ∞, no threshold, when no value is finite)."""
-    v[:n].sort()
     top_below = -INF
     for i in range(n):
         if v[i] <= floor:

@@ -1,5 +1,5 @@
 """The compiled segment step against brute force over every composition (the DP) and against the caps'
-definition and the DP itself (the pair bounds)."""
+definition and the DP itself (the pair bounds); the candidate thresholds against numpy's sort."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 
-from collapipe_core.scheduler.kernels import pair_bounds, segment_dp
+from collapipe_core.scheduler.kernels import pair_bounds, segment_dp, segments
 
 
 def test_segment_dp_matches_brute_force_over_every_composition() -> None:
@@ -69,3 +69,17 @@ def test_pair_bounds_cap_by_definition_and_bound_the_exact_dp_from_below() -> No
         assert caps[r, p, i] == (d[fits].max() if fits.any() else 0)  # γ and d·a grow with d
     assert np.all(lower <= charged * (1 + 1e-12))
     assert np.all(np.isinf(lower) == np.isinf(charged))  # both ∞ exactly when the caps hold fewer than L
+
+
+def test_thresholds_come_out_sorted_whether_each_device_s_values_grow_or_not() -> None:
+    rng = np.random.default_rng(9)
+    for growing in (True, False):
+        for _ in range(50):
+            k, L = int(rng.integers(1, 6)), int(rng.integers(1, 12))
+            runs = rng.uniform(0, 1, (k, L))
+            runs = np.cumsum(runs, axis=1) if growing else runs
+            lengths = rng.integers(0, L + 1, k)
+            out = np.empty(k * L)
+            n = segments._sorted_runs(runs, lengths, np.empty(k, dtype=np.int64), out)
+            expected = np.sort(np.concatenate([runs[i, : lengths[i]] for i in range(k)]))
+            assert n == expected.size and np.array_equal(out[:n], expected)
