@@ -5,11 +5,12 @@ its devices' constants, its segments δ_n and micro-batches M_n, its weights (w_
 and gather maxima, and the rounds of the link descent. The descent asks for the same cluster links many
 times in one round — proposals that leave a cluster as it is, two link models proposing the same
 segments, the links re-solved after an M step that kept M, the weight (1, 1) of every menu. The memo
-solves each distinct (cluster, δ_n, M_n, w_n, v_n, rounds) once, batching all new ones of a request into
-one :func:`~collapipe_core.scheduler.allocation.allocate_links` call over a problem whose rows are
-those clusters (:meth:`~collapipe_core.scheduler.problem.RoundProblem.rows`). The answer is the one
-the full batch would give (the same arithmetic per row; Newton's stopping test in the power step sees
-fewer rows, so values may differ in the last bits).
+solves each distinct (cluster, δ_n, M_n, w_n, v_n, rounds) once, all new ones of a request in one call of
+the compiled :func:`~collapipe_core.scheduler.kernels.links.allocate_rows`: per row, what
+:func:`~collapipe_core.scheduler.allocation.allocate_links` computes for that cluster alone
+(:meth:`~collapipe_core.scheduler.problem.RoundProblem.rows`), the same arithmetic; a row's answer does
+not depend on the other rows of the request (numpy's full batch can differ in the last bits: Newton's
+stopping test in its power step is batch-wide, and numpy's exp/log round differently from libm's).
 
 A memo belongs to one RoundProblem (one round, one set of queues); a new round needs a new memo.
 """
@@ -19,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler.allocation import allocate_links, cluster_terms
+from collapipe_core.scheduler.allocation import PRICES
+from collapipe_core.scheduler.kernels.links import allocate_rows
 from collapipe_core.scheduler.problem import IntArray, RoundProblem
 
 
@@ -63,7 +65,8 @@ class LinkMemo:
         if missing:
             new = np.fromiter(missing.values(), dtype=np.int64, count=len(missing))
             beta, power = _solve(
-                self.problem.rows(cluster[new]),
+                self.problem,
+                cluster[new],
                 delta[new],
                 micro[new],
                 pipeline_weight[new],
@@ -82,14 +85,13 @@ class LinkMemo:
 
 
 def _solve(
-    rows: RoundProblem,
+    pr: RoundProblem,
+    cluster: IntArray,
     delta: IntArray,
     micro: IntArray,
     pipeline_weight: FloatArray,
     gather_weight: FloatArray,
     rounds: int,
 ) -> tuple[FloatArray, FloatArray]:
-    mf = micro.astype(np.float64)
-    terms = cluster_terms(rows, delta, mf, pipeline_weight, gather_weight, np.zeros(mf.shape))
-    beta, power, _ = allocate_links(rows, delta, mf, terms, rounds)
-    return beta, power
+    """β, p (R, K) of each cluster's links alone, rows of cluster (R,), δ (R, K), M (R,), weights (R,)."""
+    return allocate_rows(pr, cluster, delta, micro, pipeline_weight, gather_weight, rounds, PRICES)

@@ -70,66 +70,91 @@ def bandwidth_rows(
 
 @jit
 def _bandwidth_rows(delta, intercept, slope, terms, p_bits, b_bits, beta, bracket):  # type: ignore[no-untyped-def]
-    rows, k = delta.shape
-    on = np.empty(k, dtype=np.bool_)
-    d = np.empty(k)
-    z = np.empty(k)
-    zn = np.empty(k)
-    work = np.empty(k)
-    u = np.empty(k)
-    u_best = np.empty(k)
+    scratch = bandwidth_scratch(delta.shape[1])
+    for r in range(delta.shape[0]):
+        lo, hi = bandwidth_row(delta[r], intercept[r], slope[r], terms[r], p_bits, b_bits, beta[r], scratch)
+        bracket[r, 0] = lo
+        bracket[r, 1] = hi
+
+
+@jit
+def bandwidth_scratch(k):  # type: ignore[no-untyped-def]
+    """The work arrays of :func:`bandwidth_row` for rows of k devices (allocated once per kernel call)."""
+    most = 13 * (k + 1) + 2 + 8 * k  # structures of a row with k distinct δ
     ws = np.empty((_WS_ROWS, k))  # scratch of the row helpers
     idx = np.empty(k, dtype=np.int64)
-    most = 13 * (k + 1) + 2 + 8 * k  # structures of a row with k distinct δ
-    free_all = np.empty((most, k))
-    fixed_all = np.empty((most, k))
-    cost_all = np.empty(most)
-    price_all = np.empty(most)
-    k1_all = np.empty((k + 1, 3))
-    k2_all = np.empty((k + 1, 2))
-    m_all = np.empty((k, k))
-    kt_all = np.empty((k, 5))
-    side = np.empty(k, dtype=np.bool_)
-    thr = np.empty(k + 1)
-    scratch = (k1_all, k2_all, m_all, kt_all, side, thr, ws, idx)
-    for r in range(rows):
-        for i in range(k):
-            on[i] = delta[r, i] > 0
-            d[i] = float(delta[r, i]) if on[i] else 1.0
-            z[i] = 1.0 / slope[r, i] if on[i] else 0.0  # ζ = 1/d_k
-            work[i] = intercept[r, i] * z[i] if on[i] else 0.0
-        extra = 1.0 + row_sum(work, k)  # 1 + Σ c/d
-        for i in range(k):
-            zn[i] = z[i] / extra
-        n = _structures(z, d, on, terms[r], p_bits, b_bits, free_all, fixed_all, scratch)
-        free, fixed, cost, price = free_all[:n], fixed_all[:n], cost_all[:n], price_all[:n]
-        best = -1
-        for c in range(n):
-            price[c] = _normalise(zn, free[c], fixed[c], on, u, ws[4:], idx)
-            cost[c] = _cost(u, d, on, terms[r], p_bits, b_bits, work)
-            if best < 0 or (not math.isnan(cost[best]) and (cost[c] < cost[best] or math.isnan(cost[c]))):
-                best = c
-                for i in range(k):
-                    u_best[i] = u[i]
-        for i in range(k):
-            if on[i]:
-                b = z[i] / u_best[i] - intercept[r, i] * z[i]
-                work[i] = fmax(b, 1e-9)
-            else:
-                work[i] = 0.0
-        scale = fmax(row_sum(work, k), 1.0)  # guard rounding above 1
-        for i in range(k):
-            beta[r, i] = work[i] / scale
-        low = cost[best]
-        lo, hi = INF, -INF
-        for c in range(n):
-            if math.isfinite(price[c]) and cost[c] <= low * (1 + 1e-9) + 1e-300:
-                mu = price[c] * price[c]
-                lo = fmin(lo, mu)
-                hi = fmax(hi, mu)
-        lo = lo if math.isfinite(lo) else 0.0
-        bracket[r, 0] = lo
-        bracket[r, 1] = hi if math.isfinite(hi) else lo
+    row = (
+        np.empty(k, dtype=np.bool_),  # on
+        np.empty(k),  # d
+        np.empty(k),  # z
+        np.empty(k),  # zn
+        np.empty(k),  # work
+        np.empty(k),  # u
+        np.empty(k),  # u_best
+        np.empty((most, k)),  # free factors
+        np.empty((most, k)),  # fixed bounds
+        np.empty(most),  # costs
+        np.empty(most),  # prices
+    )
+    structures = (
+        np.empty((k + 1, 3)),  # κ1
+        np.empty((k + 1, 2)),  # κ2
+        np.empty((k, k)),  # m
+        np.empty((k, 5)),  # κ tied
+        np.empty(k, dtype=np.bool_),  # side
+        np.empty(k + 1),  # thresholds
+        ws,
+        idx,
+    )
+    return row, structures
+
+
+@jit
+def bandwidth_row(delta, intercept, slope, row, p_bits, b_bits, beta, scratch):  # type: ignore[no-untyped-def]
+    """One row of :func:`bandwidth_rows`: β (K,) into ``beta``; returns the price range (μ_lo, μ_hi).
+
+    delta (K,) int, intercept and slope (K,) the rate model, row (6,) its terms a, c1, c2, c^F, c^B, Γ_f;
+    ``scratch`` from :func:`bandwidth_scratch`.
+    """
+    k = delta.shape[0]
+    (on, d, z, zn, work, u, u_best, free_all, fixed_all, cost_all, price_all), structures = scratch
+    ws, idx = structures[6], structures[7]
+    for i in range(k):
+        on[i] = delta[i] > 0
+        d[i] = float(delta[i]) if on[i] else 1.0
+        z[i] = 1.0 / slope[i] if on[i] else 0.0  # ζ = 1/d_k
+        work[i] = intercept[i] * z[i] if on[i] else 0.0
+    extra = 1.0 + row_sum(work, k)  # 1 + Σ c/d
+    for i in range(k):
+        zn[i] = z[i] / extra
+    n = _structures(z, d, on, row, p_bits, b_bits, free_all, fixed_all, structures)
+    free, fixed, cost, price = free_all[:n], fixed_all[:n], cost_all[:n], price_all[:n]
+    best = -1
+    for c in range(n):
+        price[c] = _normalise(zn, free[c], fixed[c], on, u, ws[4:], idx)
+        cost[c] = row_latency(u, d, on, row, p_bits, b_bits, work)
+        if best < 0 or (not math.isnan(cost[best]) and (cost[c] < cost[best] or math.isnan(cost[c]))):
+            best = c
+            for i in range(k):
+                u_best[i] = u[i]
+    for i in range(k):
+        if on[i]:
+            b = z[i] / u_best[i] - intercept[i] * z[i]
+            work[i] = fmax(b, 1e-9)
+        else:
+            work[i] = 0.0
+    scale = fmax(row_sum(work, k), 1.0)  # guard rounding above 1
+    for i in range(k):
+        beta[i] = work[i] / scale
+    low = cost[best]
+    lo, hi = INF, -INF
+    for c in range(n):
+        if math.isfinite(price[c]) and cost[c] <= low * (1 + 1e-9) + 1e-300:
+            mu = price[c] * price[c]
+            lo = fmin(lo, mu)
+            hi = fmax(hi, mu)
+    lo = lo if math.isfinite(lo) else 0.0
+    return lo, (hi if math.isfinite(hi) else lo)
 
 
 @jit
@@ -329,8 +354,9 @@ def _normalise(zn, free, fixed, on, u, ws, idx):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _cost(u, d, on, row, p_bits, b_bits, work):  # type: ignore[no-untyped-def]
-    """Lat(u) of one structure (∞ if any scheduled u_k is not finite); ``work`` is scratch."""
+def row_latency(u, d, on, row, p_bits, b_bits, work):  # type: ignore[no-untyped-def]
+    """Lat(u) of one row (∞ if any scheduled u_k is not finite): d (K,) float δ (1 where δ = 0), row (6,)
+    its terms a, c1, c2, c^F, c^B, Γ_f; ``work`` is scratch."""
     k = u.shape[0]
     a, c1, c2, stage_f, stage_b, floor = row
     z1 = -INF
