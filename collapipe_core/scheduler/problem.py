@@ -225,21 +225,43 @@ def build_problem(state: RoundState) -> RoundProblem:
 def costs(
     problem: RoundProblem, delta: IntArray, micro: IntArray, time_per_bit: FloatArray, power: FloatArray
 ) -> Costs:
-    """The model's figures for δ (..., N, K), M (..., N), u = 1/r (..., N, K; any value where δ = 0), p."""
+    """The model's figures for δ (..., N, K), M (..., N), u = 1/r (..., N, K; any value where δ = 0), p.
+
+    The formulas are those of this module's docstring, computed per decision by the compiled
+    :func:`~collapipe_core.scheduler.kernels.costs.decision_costs`."""
+    from collapipe_core.scheduler.kernels.costs import decision_costs  # here: the kernels import this module
+
     pr = problem
-    sched = delta > 0
-    u = np.where(sched, time_per_bit, 0.0)
-    x = delta * pr.compute_s
-    tx = pr.payload_bits * u
-    m = micro.astype(np.float64)
-    total = pr.chain_sum_s + np.sum(np.where(sched, 3.0 * x + 2.0 * tx, 0.0), axis=-1)
-    max_f = np.maximum(pr.chain_max_forward_s, np.max(np.where(sched, np.maximum(x, tx), 0.0), axis=-1))
-    max_b = np.maximum(pr.chain_max_backward_s, np.max(np.where(sched, np.maximum(2 * x, tx), 0.0), axis=-1))
-    pipeline = total + (m - 1.0) * (max_f + max_b)
-    gather = np.max(delta * pr.block_bits * u, axis=-1)
-    bits = 2.0 * pr.iterations * m[..., None] * pr.payload_bits + delta * pr.block_bits
-    energy = np.where(sched, m[..., None] * delta * pr.compute_energy_j + power * u * bits, 0.0)
-    convergence = pr.gradient_variance / (pr.microbatch_size * m.sum(axis=-1))
-    latency = np.max(pr.iterations * pipeline, axis=-1) + np.max(gather, axis=-1) + pr.upload_s
-    objective = pr.V * (latency + pr.lambda_ * convergence) + np.sum(pr.queues * energy, axis=(-2, -1))
-    return Costs(pipeline_s=pipeline, gather_s=gather, energy_j=energy, objective=objective)
+    lead = delta.shape[:-2]
+    n, k = pr.shape
+    flat = (math.prod(lead), n, k)
+    devices = np.stack([pr.compute_s, pr.compute_energy_j, pr.queues])
+    constants = np.array(
+        [
+            pr.chain_sum_s,
+            pr.chain_max_forward_s,
+            pr.chain_max_backward_s,
+            pr.payload_bits,
+            pr.block_bits,
+            pr.iterations,
+            pr.upload_s,
+            pr.V,
+            pr.lambda_,
+            pr.gradient_variance,
+            pr.microbatch_size,
+        ]
+    )
+    pipeline, gather, energy, objective = decision_costs(
+        delta.reshape(flat),
+        np.broadcast_to(micro, (*lead, n)).reshape(flat[:2]),
+        np.broadcast_to(time_per_bit, delta.shape).reshape(flat),
+        np.broadcast_to(power, delta.shape).reshape(flat),
+        devices,
+        constants,
+    )
+    return Costs(
+        pipeline_s=pipeline.reshape((*lead, n)),
+        gather_s=gather.reshape((*lead, n)),
+        energy_j=energy.reshape(delta.shape),
+        objective=objective.reshape(lead),
+    )

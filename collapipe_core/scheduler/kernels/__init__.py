@@ -6,6 +6,7 @@
   (:func:`segment_dp`);
 - :func:`memory_limits`, :func:`joint_microbatches` (``microbatches.py``) — the micro-batch step's
   memory limit on M and its exact joint M;
+- :func:`decision_costs` (``costs.py``) — the closed-form figures of a batch of decisions;
 - ``scalars.py`` — the helpers they share (numpy's min/max and pairwise row sum, a stable sort).
 
 Each does the arithmetic of the numpy formulation it replaced, element by element and in the same
@@ -20,6 +21,7 @@ image build; docs/scheduler.md gives the compile times.
 """
 
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
+from collapipe_core.scheduler.kernels.costs import decision_costs
 from collapipe_core.scheduler.kernels.microbatches import joint_microbatches, memory_limits
 from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
 from collapipe_core.scheduler.kernels.warmup import warm_up
@@ -27,6 +29,7 @@ from collapipe_core.scheduler.kernels.warmup import warm_up
 __all__ = [
     "bandwidth_rows",
     "best_rows",
+    "decision_costs",
     "joint_microbatches",
     "memory_limits",
     "pair_bounds",

@@ -10,13 +10,17 @@ import math
 import numpy as np
 
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler.kernels.scalars import INF, as_floats, as_ints, fmax, jit, row_sum, sort_order
+from collapipe_core.scheduler.kernels.arrays import floats, ints
+from collapipe_core.scheduler.kernels.costs import stage_terms
+from collapipe_core.scheduler.kernels.scalars import INF, fmax, jit, row_sum, sort_order
 from collapipe_core.scheduler.problem import IntArray
 
 # numba checks a kernel's disk cache against the kernel's own file only, and these kernels compile
-# scalars.py's helpers into themselves: this digest of scalars.py (the first 16 hex digits of its
-# SHA-256) makes a change there a change here too. tests/core/scheduler/kernels/test_cache.py checks it.
+# helpers of scalars.py and costs.py into themselves: these digests of those files (the first 16 hex
+# digits of their SHA-256) make a change there a change here too. tests/core/scheduler/kernels/test_cache.py
+# checks them.
 SCALARS_SHA256 = "c6bf313e426efeab"
+COSTS_SHA256 = "ee7c629cb609fbad"
 
 
 def memory_limits(
@@ -35,9 +39,11 @@ def memory_limits(
     devices + 2, i_k the device's 1-based position among them), as ``costmodel.in_flight_microbatches``.
     """
     limits = np.empty(delta.shape[0], dtype=np.int64)
+    (memory,) = floats(memory_bytes)
+    (d,) = ints(delta)
     _memory_limits(
-        as_ints(delta),
-        np.array(memory_bytes, dtype=np.float64),  # a copy: a broadcast view is read-only (another signature)
+        d,
+        memory,
         float(block_state_bytes),
         float(activation_bytes),
         float(overhead_bytes),
@@ -88,8 +94,9 @@ def joint_microbatches(
     """
     s_count, n, _k = delta.shape
     micro = np.empty((s_count, n), dtype=np.int64)
-    u, p, dev, const = as_floats(time_per_bit, power, devices, constants)
-    _joint(as_ints(delta), u, p, as_ints(limit), dev, const, int(microbatch_limit), micro)
+    u, p, dev, const = floats(time_per_bit, power, devices, constants)
+    d, lim = ints(delta, limit)
+    _joint(d, u, p, lim, dev, const, int(microbatch_limit), micro)
     return micro
 
 
@@ -110,19 +117,13 @@ def _joint(delta, u, power, limit, devices, constants, m_max, out):  # type: ign
     gain = v_lam_var / batch  # V·λ·σ²/b, the convergence term's numerator
     for s in range(s_count):
         for c in range(n):
-            max_f = 0.0
-            max_b = 0.0
+            stages, max_f, max_b = stage_terms(delta[s, c], u[s, c], devices[0, c], payload, work)
             for i in range(k):
                 on = delta[s, c, i] > 0
                 uu = u[s, c, i] if on else 0.0
-                x = delta[s, c, i] * devices[0, c, i]
-                tx = payload * uu
-                work[i] = 3 * x + 2 * tx if on else 0.0
-                max_f = fmax(max_f, fmax(x, tx) if on else 0.0)
-                max_b = fmax(max_b, fmax(2 * x, tx) if on else 0.0)
                 per_m = delta[s, c, i] * devices[1, c, i] + 2 * iterations * payload * power[s, c, i] * uu
                 energy[i] = devices[2, c, i] * per_m if on else 0.0
-            pi[c] = iterations * (chain_sum + row_sum(work, k))
+            pi[c] = iterations * (chain_sum + stages)
             rho[c] = iterations * (fmax(c_f, max_f) + fmax(c_b, max_b))
             eta[c] = row_sum(energy, k)
         sort_order(eta, False, order)  # cheapest first

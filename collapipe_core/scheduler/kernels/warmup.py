@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
+from collapipe_core.scheduler.kernels.costs import decision_costs
 from collapipe_core.scheduler.kernels.microbatches import joint_microbatches, memory_limits
 from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
 
@@ -33,4 +34,12 @@ def warm_up() -> None:
         np.ones((3, 1, 2)),
         np.ones(8),
         2,
+    )
+    decision_costs(
+        delta[None],
+        np.ones((1, 1), dtype=np.int64),
+        link_s[None],
+        link_s[None],
+        np.ones((3, 1, 2)),
+        np.ones(11),
     )
