@@ -253,9 +253,9 @@ def costs(
     )
     pipeline, gather, energy, objective = decision_costs(
         delta.reshape(flat),
-        np.broadcast_to(micro, (*lead, n)).reshape(flat[:2]),
-        np.broadcast_to(time_per_bit, delta.shape).reshape(flat),
-        np.broadcast_to(power, delta.shape).reshape(flat),
+        _shaped(micro, (*lead, n)).reshape(flat[:2]),
+        _shaped(time_per_bit, delta.shape).reshape(flat),
+        _shaped(power, delta.shape).reshape(flat),
         devices,
         constants,
     )
@@ -265,3 +265,8 @@ def costs(
         energy_j=energy.reshape(delta.shape),
         objective=objective.reshape(lead),
     )
+
+
+def _shaped(x: npt.NDArray[_T], shape: tuple[int, ...]) -> npt.NDArray[_T]:
+    """x broadcast to ``shape`` (np.broadcast_to costs microseconds even when nothing is to be done)."""
+    return x if x.shape == shape else np.broadcast_to(x, shape)
