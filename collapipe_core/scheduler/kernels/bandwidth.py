@@ -3,7 +3,11 @@
 :func:`bandwidth_rows` enumerates ~100 structures per row of a few devices, ~10 times per round; as numpy
 it was some 80 array calls on (rows, structures, devices) arrays, dominated by call overhead. The
 arithmetic is that of the numpy formulation it replaced, element by element and in the same order
-(candidates in the same order, the first least one taken, sums in numpy's pairwise order).
+(candidates in the same order, the first least one taken, sums in numpy's pairwise order). Most
+structures of a row repeat an earlier one (a target of slope 0 or without devices has κ = ∞, so many
+families reduce to the interior caps; about four in five on the decisions' rows): a structure whose
+(c_k, F_k) bits on the scheduled devices are those of an earlier one takes its price and cost without
+being solved again — the same figures, and it cannot change the pick, which keeps the first of equal ones.
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ def bandwidth_rows(
     fixes u_k = min(F_k, s·c_k) (:func:`_normalise`); the structure of least
     Lat(u) = a·Σu + c1·[max(c^F, P·max u) + max(c^B, P·max u)] + c2·max(Γ_f, B·max δu) is taken (the first
     of equal ones), β_k = ζ_k/u_k − intercept_k·ζ_k (at least 1e-9, the row scaled to Σβ ≤ 1), and
-    [μ_lo, μ_hi] the range of s² over the structures within 1e-9 (relative) of the least cost.
+    [μ_lo, μ_hi] the range of s² over the structures within 1e-9 (relative) of the least cost. A structure
+    that repeats an earlier one is not solved again.
     """
     rows, k = delta.shape
     beta = np.empty((rows, k))
@@ -95,6 +100,8 @@ def bandwidth_scratch(k):  # type: ignore[no-untyped-def]
         np.empty((most, k)),  # fixed bounds
         np.empty(most),  # costs
         np.empty(most),  # prices
+        np.empty(_table_size(most), dtype=np.int64),  # hash table of the structures solved: index
+        np.empty(_table_size(most), dtype=np.int64),  # and key
     )
     structures = (
         np.empty((k + 1, 3)),  # κ1
@@ -117,7 +124,8 @@ def bandwidth_row(delta, intercept, slope, row, p_bits, b_bits, beta, scratch): 
     ``scratch`` from :func:`bandwidth_scratch`.
     """
     k = delta.shape[0]
-    (on, d, z, zn, work, u, u_best, free_all, fixed_all, cost_all, price_all), structures = scratch
+    row_ws, structures = scratch
+    on, d, z, zn, work, u, u_best, free_all, fixed_all, cost_all, price_all, seen, keys = row_ws
     ws, idx = structures[6], structures[7]
     for i in range(k):
         on[i] = delta[i] > 0
@@ -128,10 +136,31 @@ def bandwidth_row(delta, intercept, slope, row, p_bits, b_bits, beta, scratch): 
     for i in range(k):
         zn[i] = z[i] / extra
     n = _structures(z, d, on, row, p_bits, b_bits, free_all, fixed_all, structures)
-    free, fixed, cost, price = free_all[:n], fixed_all[:n], cost_all[:n], price_all[:n]
+    cost, price = cost_all[:n], price_all[:n]
+    free_bits, fixed_bits = free_all.view(np.int64), fixed_all.view(np.int64)
+    mask = seen.shape[0] - 1
+    seen[:] = -1
     best = -1
+    normalise_ws = (ws[4], ws[5], ws[6], ws[7])
     for c in range(n):
-        price[c] = _normalise(zn, free[c], fixed[c], on, u, ws[4:], idx)
+        # a structure with the same bits of (c_k, F_k) on the scheduled devices as an earlier one has its
+        # price and cost, and cannot change the pick (the first of equal ones): not solved again
+        key = _structure_key(free_bits, fixed_bits, c, on)
+        slot = key & mask
+        same = -1
+        while seen[slot] >= 0:
+            e = seen[slot]
+            if keys[slot] == key and _same_structure(free_bits, fixed_bits, c, e, on):
+                same = e
+                break
+            slot = (slot + 1) & mask
+        if same >= 0:
+            price[c] = price[same]
+            cost[c] = cost[same]
+            continue
+        seen[slot] = c
+        keys[slot] = key
+        price[c] = _normalise(zn, free_all, fixed_all, c, on, u, normalise_ws, idx)
         cost[c] = row_latency(u, d, on, row, p_bits, b_bits, work)
         if best < 0 or (not math.isnan(cost[best]) and (cost[c] < cost[best] or math.isnan(cost[c]))):
             best = c
@@ -155,6 +184,35 @@ def bandwidth_row(delta, intercept, slope, row, p_bits, b_bits, beta, scratch): 
             hi = fmax(hi, mu)
     lo = lo if math.isfinite(lo) else 0.0
     return lo, (hi if math.isfinite(hi) else lo)
+
+
+@jit
+def _table_size(n):  # type: ignore[no-untyped-def]
+    """A power of two of at least 2·n."""
+    size = 1
+    while size < 2 * n:
+        size *= 2
+    return size
+
+
+@jit
+def _structure_key(free_bits, fixed_bits, c, on):  # type: ignore[no-untyped-def]
+    """A hash of structure c's (c_k, F_k) bits on the scheduled devices (non-negative)."""
+    key = 0
+    for i in range(on.shape[0]):
+        if on[i]:
+            key = (key ^ free_bits[c, i]) * 0x100000001B3
+            key = (key ^ fixed_bits[c, i]) * 0x100000001B3
+    return (key ^ (key >> 29)) & 0x7FFFFFFFFFFFFFFF
+
+
+@jit
+def _same_structure(free_bits, fixed_bits, c, e, on):  # type: ignore[no-untyped-def]
+    """Structures c and e have the same bits of (c_k, F_k) on the scheduled devices."""
+    for i in range(on.shape[0]):
+        if on[i] and (free_bits[c, i] != free_bits[e, i] or fixed_bits[c, i] != fixed_bits[e, i]):
+            return False
+    return True
 
 
 @jit
@@ -315,20 +373,23 @@ def _kappa(z, m, side, a, sigmas, out, ws, idx):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _normalise(zn, free, fixed, on, u, ws, idx):  # type: ignore[no-untyped-def]
-    """u_k = min(F_k, s·c_k) with Σ ζ_k/u_k = 1 (ζ divided by E) into ``u``; returns s (infeasible: ∞, u = ∞).
+def _normalise(zn, free, fixed, c, on, u, ws, idx):  # type: ignore[no-untyped-def]
+    """u_k = min(F_k, s·c_k) of structure c (free factors, fixed bounds (C, K)) with Σ ζ_k/u_k = 1 (ζ
+    divided by E) into ``u``; returns s (infeasible: ∞, u = ∞).
 
     With y = 1/s the bandwidth Σ_k max(ζ_k/F_k, y·ζ_k/c_k) is piecewise linear and increasing; device k
     switches to its free bound at y = c_k/F_k. After sorting the switch points, the piece with the first
     i devices switched gives y = (1 − Σ_{>i} ζ/F)/Σ_{≤i} ζ/c, valid if it lies between its switch points.
     """
     k = zn.shape[0]
-    base, slope, bp, sorted_base = ws[0], ws[1], ws[2], ws[3]
+    base, slope, bp, sorted_base = ws
     for i in range(k):
-        finite = on[i] and math.isfinite(free[i])
-        base[i] = zn[i] / fixed[i] if on[i] else 0.0  # ζ/F (0 when F = ∞)
-        slope[i] = zn[i] / free[i] if finite else 0.0  # ζ/c
-        bp[i] = free[i] / fixed[i] if finite else INF
+        fr = free[c, i]
+        fx = fixed[c, i]
+        finite = on[i] and math.isfinite(fr)
+        base[i] = zn[i] / fx if on[i] else 0.0  # ζ/F (0 when F = ∞)
+        slope[i] = zn[i] / fr if finite else 0.0  # ζ/c
+        bp[i] = fr / fx if finite else INF
     order = sort_order(bp, False, idx)
     for p in range(k):
         sorted_base[p] = base[order[p]]
@@ -349,7 +410,7 @@ def _normalise(zn, free, fixed, on, u, ws, idx):  # type: ignore[no-untyped-def]
     feasible = y_sol > 0
     s = 1.0 / y_sol if feasible else INF
     for i in range(k):
-        u[i] = fmin(fixed[i], s * free[i]) if on[i] and feasible else INF
+        u[i] = fmin(fixed[c, i], s * free[c, i]) if on[i] and feasible else INF
     return s
 
 

@@ -30,8 +30,9 @@ import math
 import numpy as np
 
 from collapipe_core.network import FloatArray
+from collapipe_core.scheduler.kernels.arrays import floats, ints
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_row, bandwidth_scratch, row_latency
-from collapipe_core.scheduler.kernels.scalars import INF, as_floats, as_ints, fmax, fmin, jit, row_sum
+from collapipe_core.scheduler.kernels.scalars import INF, fmax, fmin, jit, row_sum
 from collapipe_core.scheduler.problem import IntArray, RoundProblem
 
 # numba checks a kernel's disk cache against the kernel's own file only, and these kernels compile the
@@ -39,7 +40,7 @@ from collapipe_core.scheduler.problem import IntArray, RoundProblem
 # files (the first 16 hex digits of their SHA-256) make a change there a change here too.
 # tests/core/scheduler/kernels/test_cache.py checks them.
 SCALARS_SHA256 = "c6bf313e426efeab"
-BANDWIDTH_SHA256 = "701c3076ec2c6782"
+BANDWIDTH_SHA256 = "c897e9889dc31fb1"
 
 _LN2 = math.log(2.0)
 _AT_LIMIT = 1 - 1e-9  # x ≥ limit·(1 − 1e-9): the link sits at its power limit
@@ -64,11 +65,12 @@ def allocate_rows(
     rows, k = delta.shape
     beta = np.empty((rows, k))
     power = np.empty((rows, k))
-    gain, queues, max_power_w, compute_s = as_floats(pr.gain, pr.queues, pr.max_power_w, pr.compute_s)
-    micro_f, pipeline_f, gather_f = as_floats(micro.astype(np.float64), pipeline_weight, gather_weight)
+    gain, queues, max_power_w, compute_s = floats(pr.gain, pr.queues, pr.max_power_w, pr.compute_s)
+    micro_f, pipeline_f, gather_f = floats(micro, pipeline_weight, gather_weight)
+    cluster_i, delta_i = ints(cluster, delta)
     _link_rows(
-        as_ints(cluster),
-        as_ints(delta),
+        cluster_i,
+        delta_i,
         micro_f,
         pipeline_f,
         gather_f,
@@ -104,10 +106,9 @@ def constants(pr: RoundProblem) -> FloatArray:
 
 @functools.lru_cache(maxsize=8)
 def _fractions(prices: int) -> FloatArray:
-    """Where the prices sit in the (log) bracket around its centre: linspace(−1/2, 1/2, prices)."""
-    frac = np.linspace(-0.5, 0.5, prices)
-    frac.flags.writeable = False
-    return frac
+    """Where the prices sit in the (log) bracket around its centre: linspace(−1/2, 1/2, prices) (shared:
+    not to be written to; writable, the kind of array the kernel is compiled for)."""
+    return np.linspace(-0.5, 0.5, prices)
 
 
 def warm_up_links() -> None:
