@@ -25,7 +25,8 @@ import dataclasses
 import numpy as np
 
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler.allocation import bandwidth_step, cluster_terms, solve_foc
+from collapipe_core.scheduler.allocation import ClusterTerms, bandwidth_step, cluster_terms
+from collapipe_core.scheduler.kernels.priced import priced_rows
 from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet, take_last
 from collapipe_core.scheduler.segments import SegmentCosts
 
@@ -133,7 +134,63 @@ def priced_links(
 ) -> SegmentCosts:
     """The segment data under the priced-links model, one row per gather target (..., N, G) flattened.
 
-    ``weight`` scales the cluster's own pipeline time (w < 1: a cluster below the pipeline maximum)."""
+    ``weight`` scales the cluster's own pipeline time (w < 1: a cluster below the pipeline maximum). The
+    price bracket comes from the bandwidth step (:func:`price_inputs`); μ, the targets, u_k(d), the SNRs
+    and the costs from the compiled :func:`kernels.priced.priced_rows`."""
+    u, zeta, terms, bracket = price_inputs(pr, delta, micro, beta, power, floor, weight)
+    # every (cluster row, gather target, device, TEB) element in one compiled kernel: rows (..., N, G)
+    lead, k, g_count = micro.shape, pr.shape[1], len(targets)
+    rows = int(np.prod(lead))
+    device = np.stack([pr.gain, pr.queues, pr.compute_s, pr.compute_energy_j, pr.max_power_w])
+    it, p_bits, b_bits = pr.iterations, pr.payload_bits, pr.block_bits
+    scalars = np.array([weight * pr.V * it, pr.V, 2 * it, p_bits, b_bits, pr.bandwidth_hz, pr.noise_w_per_hz])
+    cost, gather, link, charge = priced_rows(
+        u.reshape(rows, k),
+        zeta.reshape(rows, k),
+        delta.reshape(rows, k),
+        bracket.reshape(rows, 2),
+        np.broadcast_to(terms.a, lead).reshape(rows),
+        micro.astype(np.float64).reshape(rows),
+        np.broadcast_to(floor, lead).reshape(rows),
+        np.array(targets, dtype=np.float64),
+        device,
+        scalars,
+        pr.num_blocks,
+    )
+    wide = (*lead, g_count)
+    per_teb = (*wide, k, pr.num_blocks)
+    # the gather target is charged per row (the DP's own gather term is off: c2 = 0)
+    wide_micro = np.broadcast_to(micro[..., None], wide)
+    caps = np.where(pr.available, pr.memory_caps(micro), 0)[..., None, :]
+    compute = pr.compute_s[:, None, :]
+    packed = _pack(
+        pr,
+        wide_micro,
+        cost.reshape(per_teb),
+        gather.reshape(per_teb),
+        link.reshape((*wide, k)),
+        np.zeros(wide),
+        caps,
+        compute,
+        charge.reshape(wide),
+        False,
+    )
+    return dataclasses.replace(packed, c1=np.asarray(weight * packed.c1, dtype=np.float64))
+
+
+@quiet
+def price_inputs(
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: IntArray,
+    beta: FloatArray,
+    power: FloatArray,
+    floor: FloatArray,
+    weight: float,
+) -> tuple[FloatArray, FloatArray, ClusterTerms, FloatArray]:
+    """What the priced links are priced from: u_k and ζ_k (..., N, K) at the current SNRs (prospective
+    links for the devices not scheduled), the cluster terms and the bandwidth step's price range
+    (..., N, 2)."""
     on = delta > 0
     beta, power = _prospective(pr, delta, beta, power)
     available = np.broadcast_to(pr.available, beta.shape)
@@ -142,63 +199,10 @@ def priced_links(
     )
     zeta = 1.0 / (pr.bandwidth_hz * np.log2(1.0 + np.maximum(snr, 1e-12)))
     u = np.where(on, zeta / np.maximum(beta, 1e-300), 0.0)
-    mf = micro.astype(np.float64)
-    ones = np.ones(mf.shape)
-    terms = cluster_terms(pr, delta, mf, weight * ones, ones, floor)
+    ones = np.ones(micro.shape)
+    terms = cluster_terms(pr, delta, micro.astype(np.float64), weight * ones, ones, floor)
     _, bracket = bandwidth_step(pr, terms, delta, np.zeros(beta.shape), np.where(on, 1.0 / zeta, 1.0))
-    g_count = len(targets)
-    # axes (..., N, G, K, L): cluster, gather target, device, TEBs
-    mu = np.sqrt(np.maximum(bracket[..., 0], 0.0) * np.maximum(bracket[..., 1], 0.0))[..., None, None, None]
-    z1 = u.max(axis=-1)[..., None, None, None]
-    z2 = (delta * u).max(axis=-1)[..., None, None, None] * np.array(targets)[:, None, None]
-    d = np.arange(1, pr.num_blocks + 1, dtype=np.float64)
-    interior = np.sqrt(mu * zeta[..., None, :, None] / np.maximum(terms.a[..., None, None, None], 1e-300))
-    ud = np.minimum(np.minimum(z1, z2 / d), interior)  # the device's time per bit
-    ud = np.where(np.isfinite(ud) & (ud > 0), ud, np.broadcast_to(z1, ud.shape))
-    m = mf[..., None, None, None]
-    it, p_bits, b_bits = pr.iterations, pr.payload_bits, pr.block_bits
-    bits = 2 * it * m * p_bits + d * b_bits
-    gain = pr.gain[:, None, :, None]
-    # SNR by the power step's first-order condition at time per bit u and price μ, then p ≤ p_max
-    energy = pr.queues[:, None, :, None] * bits * pr.noise_w_per_hz / gain
-    x = link_snr(pr, ud, mu, energy, pr.max_power_w[:, None, :, None] * gain)
-    ell = np.log2(1.0 + x)
-    cost = (
-        weight * pr.V * it * (3 * pr.compute_s[:, None, :, None] * d + 2 * p_bits * ud)
-        + pr.queues[:, None, :, None] * m * d * pr.compute_energy_j[:, None, :, None]
-        + energy * x / ell
-        + mu / (pr.bandwidth_hz * ell * ud)
-    )
-    # the gather target is charged per row (the DP's own gather term is off: c2 = 0)
-    charge = pr.V * np.maximum(floor[..., None], b_bits * z2[..., 0, 0])  # (..., N, G)
-    link = np.broadcast_to(p_bits * z1[..., 0], (*beta.shape[:-1], g_count, beta.shape[-1]))
-    wide_micro = np.broadcast_to(micro[..., None], (*micro.shape, g_count))
-    caps = np.where(pr.available, pr.memory_caps(micro), 0)[..., None, :]
-    compute = pr.compute_s[:, None, :]
-    gather = b_bits * d * ud
-    packed = _pack(pr, wide_micro, cost, gather, link, np.zeros(charge.shape), caps, compute, charge, False)
-    return dataclasses.replace(packed, c1=np.asarray(weight * packed.c1, dtype=np.float64))
-
-
-def link_snr(
-    pr: RoundProblem, u: FloatArray, mu: FloatArray, weight: FloatArray, pmax_gain: FloatArray
-) -> FloatArray:
-    """SNR minimising weight·x/ℓ(x) + μ/(W·ℓ(x)·u) (energy plus priced bandwidth at time per bit u),
-    i.e. (1 + x)·ln(1 + x) − x = μ/(W·u·weight), capped where the power p = N0·x/(h·ℓ(x)·u) reaches
-    p_max (``pmax_gain`` = p_max·h, broadcast like u)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y = np.where(weight > 0, mu / (pr.bandwidth_hz * u * weight), np.inf)
-    if np.all(y == np.inf):  # no energy weight: every entry solves the same equation (y = 1e300), once
-        x = np.full(y.shape, solve_foc(np.full(1, 1e300))[0])
-    else:
-        x = solve_foc(np.minimum(y, 1e300))
-    # power cap: x/log2(1 + x) ≤ c; iterate x ← c·log2(1 + x), which decreases to the root from above
-    c = pmax_gain * u / pr.noise_w_per_hz
-    cap = np.maximum(c, 1.0)
-    for _ in range(40):
-        cap = c * np.log2(1.0 + cap)
-    over = x / np.log2(1.0 + np.maximum(x, 1e-300)) > c
-    return np.maximum(np.where(over | ~np.isfinite(x), cap, x), 1e-9)
+    return u, zeta, terms, bracket
 
 
 def _pack(
