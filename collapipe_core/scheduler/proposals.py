@@ -20,8 +20,6 @@ device's link will be are used, side by side (each proposal is re-allocated and 
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from collapipe_core.network import FloatArray
@@ -157,25 +155,23 @@ def priced_links(
         scalars,
         pr.num_blocks,
     )
-    wide = (*lead, g_count)
-    per_teb = (*wide, k, pr.num_blocks)
-    # the gather target is charged per row (the DP's own gather term is off: c2 = 0)
-    wide_micro = np.broadcast_to(micro[..., None], wide)
-    caps = np.where(pr.available, pr.memory_caps(micro), 0)[..., None, :]
-    compute = pr.compute_s[:, None, :]
-    packed = _pack(
-        pr,
-        wide_micro,
-        cost.reshape(per_teb),
-        gather.reshape(per_teb),
-        link.reshape((*wide, k)),
-        np.zeros(wide),
-        caps,
-        compute,
-        charge.reshape(wide),
-        False,
+    # rows (..., N, G) flattened, as _pack lays them out; the gather target is charged per row (the DP's
+    # own gather term is off: c2 = 0)
+    out_rows = rows * g_count
+    caps = np.where(pr.available, pr.memory_caps(micro), 0).reshape(rows, k)
+    return SegmentCosts(
+        cost=cost,
+        gather_s=gather,
+        caps=np.repeat(caps, g_count, axis=0),
+        compute_s=np.tile(np.repeat(pr.compute_s, g_count, axis=0), (rows // pr.shape[0], 1)),
+        link_s=link,
+        c1=np.repeat(weight * (pr.V * it * (micro.reshape(rows) - 1.0)), g_count),
+        c2=np.zeros(out_rows),
+        stage_f=np.full(out_rows, pr.chain_max_forward_s),
+        stage_b=np.full(out_rows, pr.chain_max_backward_s),
+        gather_floor=np.zeros(out_rows),
+        constant=charge,
     )
-    return dataclasses.replace(packed, c1=np.asarray(weight * packed.c1, dtype=np.float64))
 
 
 @quiet
