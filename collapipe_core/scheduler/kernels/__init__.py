@@ -1,6 +1,8 @@
 """Compiled (numba) kernels of DSSDA's hottest small-array steps: scalar loops, one row at a time.
 
 - :func:`bandwidth_rows` (``bandwidth.py``) — the bandwidth step's KKT structures;
+- :func:`allocate_rows` (``links.py``) — the link allocation (bandwidth and power rounds) of rows of
+  single clusters, the link memo's, with the bandwidth step per row of ``bandwidth.py``;
 - :func:`best_rows` (``segments.py``) — the whole segment step of each row: thresholds, each pair's
   device caps and LP lower bound (:func:`pair_bounds`), the exact DP of the pairs that can still win
   (:func:`segment_dp`);
@@ -22,11 +24,13 @@ image build; docs/scheduler.md gives the compile times.
 
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
 from collapipe_core.scheduler.kernels.costs import decision_costs
+from collapipe_core.scheduler.kernels.links import allocate_rows
 from collapipe_core.scheduler.kernels.microbatches import joint_microbatches, memory_limits
 from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
 from collapipe_core.scheduler.kernels.warmup import warm_up
 
 __all__ = [
+    "allocate_rows",
     "bandwidth_rows",
     "best_rows",
     "decision_costs",

@@ -7,6 +7,7 @@ import numpy as np
 
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
 from collapipe_core.scheduler.kernels.costs import decision_costs
+from collapipe_core.scheduler.kernels.links import warm_up_links
 from collapipe_core.scheduler.kernels.microbatches import joint_microbatches, memory_limits
 from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
 
@@ -43,3 +44,4 @@ def warm_up() -> None:
         np.ones((3, 1, 2)),
         np.ones(11),
     )
+    warm_up_links()

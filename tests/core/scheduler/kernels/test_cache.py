@@ -6,7 +6,7 @@ from types import ModuleType
 
 import pytest
 
-from collapipe_core.scheduler.kernels import bandwidth, costs, microbatches, scalars, segments
+from collapipe_core.scheduler.kernels import bandwidth, costs, links, microbatches, scalars, segments
 
 # (kernel file, the file whose jit helpers it compiles in): the first carries the second's digest
 INLINED = [
@@ -15,6 +15,8 @@ INLINED = [
     (microbatches, scalars),
     (microbatches, costs),
     (costs, scalars),
+    (links, scalars),
+    (links, bandwidth),
 ]
 
 
