@@ -6,6 +6,8 @@
 - :func:`best_rows` (``segments.py``) — the whole segment step of each row: thresholds, each pair's
   device caps and LP lower bound (:func:`pair_bounds`), the exact DP of the pairs that can still win
   (:func:`segment_dp`);
+- :func:`priced_rows` (``priced.py``) — the segment step's priced-links model: per (row, target,
+  device, TEB) the link's SNR by its first-order condition and power cap, the cost and the gather time;
 - :func:`memory_limits`, :func:`joint_microbatches` (``microbatches.py``) — the micro-batch step's
   memory limit on M and its exact joint M;
 - :func:`decision_costs` (``costs.py``) — the closed-form figures of a batch of decisions;
@@ -26,6 +28,7 @@ from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
 from collapipe_core.scheduler.kernels.costs import decision_costs
 from collapipe_core.scheduler.kernels.links import allocate_rows
 from collapipe_core.scheduler.kernels.microbatches import joint_microbatches, memory_limits
+from collapipe_core.scheduler.kernels.priced import priced_rows
 from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
 from collapipe_core.scheduler.kernels.warmup import warm_up
 
@@ -37,6 +40,7 @@ __all__ = [
     "joint_microbatches",
     "memory_limits",
     "pair_bounds",
+    "priced_rows",
     "segment_dp",
     "warm_up",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from collapipe_core.scheduler.kernels import priced
 from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
 from collapipe_core.scheduler.kernels.costs import decision_costs
 from collapipe_core.scheduler.kernels.links import warm_up_links
@@ -45,3 +46,4 @@ def warm_up() -> None:
         np.ones(11),
     )
     warm_up_links()
+    priced.warm_up()

@@ -6,7 +6,7 @@ from types import ModuleType
 
 import pytest
 
-from collapipe_core.scheduler.kernels import bandwidth, costs, links, microbatches, scalars, segments
+from collapipe_core.scheduler.kernels import bandwidth, costs, links, microbatches, priced, scalars, segments
 
 # (kernel file, the file whose jit helpers it compiles in): the first carries the second's digest
 INLINED = [
@@ -17,6 +17,7 @@ INLINED = [
     (costs, scalars),
     (links, scalars),
     (links, bandwidth),
+    (priced, scalars),
 ]
 
 

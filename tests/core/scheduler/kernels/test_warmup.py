@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collapipe_core.scheduler import get_policy
-from collapipe_core.scheduler.kernels import bandwidth, costs, links, microbatches, segments, warm_up
+from collapipe_core.scheduler.kernels import bandwidth, costs, links, microbatches, priced, segments, warm_up
 from tests.core.scheduler.instances import random_round
 
 
@@ -18,6 +18,7 @@ def test_after_the_warm_up_a_decision_compiles_nothing() -> None:
         microbatches._joint,
         costs._costs,
         links._link_rows,
+        priced._priced_rows,
     )
     compiled = [list(kernel.signatures) for kernel in kernels]
     assert all(len(signatures) == 1 for signatures in compiled)
