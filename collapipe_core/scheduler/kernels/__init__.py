@@ -15,8 +15,16 @@
 
 Each does the arithmetic of the numpy formulation it replaced, element by element and in the same
 order: candidates in the same order, the first least one taken, sums over a row's devices in numpy's
-pairwise order; on every call captured the outputs were bit-identical. Ties of two devices' sort keys
-may be ordered differently from numpy's argsort (unstable, SIMD): here they keep device order.
+pairwise order. Where only +, −, ×, ÷, √ and comparisons are involved (the bandwidth step, the segment
+DP and pair bounds, the micro-batch step, the costs) the outputs were bit-identical on every call
+captured; the link
+rounds and the priced-links model also call log2/log1p/exp/expm1, which the C library rounds
+differently from numpy's SIMD versions in the last place for some inputs, so there the results agree
+within 1e-9 relative (their tests state each tolerance). Ties of two devices' sort keys may be ordered
+differently from numpy's argsort (unstable, SIMD): here they keep device order. ``arrays.py`` gives the
+wrappers' inputs one layout (contiguous, writable), so each kernel has one compiled signature. One
+change of the search itself: the segment step takes each row's own candidate thresholds (the numpy
+version padded every row's list to the batch's longest, which narrowed a short row's window).
 
 Compiled on first use and cached on disk (``cache=True``: in ``NUMBA_CACHE_DIR`` if set, else in
 ``__pycache__`` beside these files, else in numba's user-wide cache directory: the first writable one).
