@@ -210,8 +210,6 @@ def _pack(
     floor: FloatArray,
     caps: IntArray,
     compute_s: FloatArray,
-    constant: FloatArray | None = None,
-    gather_term: bool = True,
 ) -> SegmentCosts:
     """Rows = every leading index of ``micro``; device arrays (..., K), per-TEB arrays (..., K, L)."""
     k, L = pr.shape[1], pr.num_blocks
@@ -224,9 +222,9 @@ def _pack(
         compute_s=np.broadcast_to(compute_s, (*lead, k)).reshape(rows, k),
         link_s=np.broadcast_to(link, (*lead, k)).reshape(rows, k),
         c1=np.asarray(pr.V * pr.iterations * (micro - 1.0), dtype=np.float64).reshape(rows),
-        c2=np.full(rows, pr.V if gather_term else 0.0),
+        c2=np.full(rows, pr.V),
         stage_f=np.full(rows, pr.chain_max_forward_s),
         stage_b=np.full(rows, pr.chain_max_backward_s),
         gather_floor=np.broadcast_to(floor, lead).reshape(rows),
-        constant=np.zeros(rows) if constant is None else np.broadcast_to(constant, lead).reshape(rows),
+        constant=np.zeros(rows),
     )

@@ -64,10 +64,14 @@ def reference_priced_links(
     caps = np.where(pr.available, pr.memory_caps(micro), 0)[..., None, :]
     compute = pr.compute_s[:, None, :]
     gather = b_bits * d * ud
-    packed = proposals._pack(
-        pr, wide_micro, cost, gather, link, np.zeros(charge.shape), caps, compute, charge, False
+    packed = proposals._pack(pr, wide_micro, cost, gather, link, np.zeros(charge.shape), caps, compute)
+    # the gather target is charged per row (the DP's own gather term is off: c2 = 0)
+    return dataclasses.replace(
+        packed,
+        c1=np.asarray(weight * packed.c1, dtype=np.float64),
+        c2=np.zeros_like(packed.c2),
+        constant=np.broadcast_to(charge, wide_micro.shape).reshape(-1),
     )
-    return dataclasses.replace(packed, c1=np.asarray(weight * packed.c1, dtype=np.float64))
 
 
 def reference_link_snr(
