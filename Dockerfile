@@ -20,7 +20,7 @@ RUN pip install . && pip uninstall -y collapipe
 
 COPY . .
 # The scheduler's numba kernels are compiled here, once, into NUMBA_CACHE_DIR (a cold cache costs the first
-# decision ~10 s). numba uses a cache directory only if it can write to it, so it belongs to the runtime
+# decision ~25 s). numba uses a cache directory only if it can write to it, so it belongs to the runtime
 # user. The cache holds code for this build machine's CPU; on another CPU model the first decision compiles.
 ENV NUMBA_CACHE_DIR=/var/cache/collapipe/numba
 RUN pip install --no-deps . \
