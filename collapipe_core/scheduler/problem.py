@@ -229,7 +229,8 @@ def costs(
 
     The formulas are those of this module's docstring, computed per decision by the compiled
     :func:`~collapipe_core.scheduler.kernels.costs.decision_costs`."""
-    from collapipe_core.scheduler.kernels.costs import decision_costs  # here: the kernels import this module
+    # imported here rather than at the top: the kernels import this module
+    from collapipe_core.scheduler.kernels.costs import decision_costs
 
     pr = problem
     lead = delta.shape[:-2]
