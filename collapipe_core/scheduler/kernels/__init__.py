@@ -4,8 +4,7 @@
 - :func:`allocate_rows` (``links.py``) — the link allocation (bandwidth and power rounds) of rows of
   single clusters, the link memo's, with the bandwidth step per row of ``bandwidth.py``;
 - :func:`best_rows` (``segments.py``) — the whole segment step of each row: thresholds, each pair's
-  device caps and LP lower bound (:func:`pair_bounds`), the exact DP of the pairs that can still win
-  (:func:`segment_dp`);
+  device caps and LP lower bound, the exact DP of the pairs that can still win;
 - :func:`priced_rows` (``priced.py``) — the segment step's priced-links model: per (row, target,
   device, TEB) the link's SNR by its first-order condition and power cap, the cost and the gather time;
 - :func:`memory_limits`, :func:`joint_microbatches` (``microbatches.py``) — the micro-batch step's
@@ -37,7 +36,7 @@ from collapipe_core.scheduler.kernels.costs import decision_costs
 from collapipe_core.scheduler.kernels.links import allocate_rows
 from collapipe_core.scheduler.kernels.microbatches import joint_microbatches, memory_limits
 from collapipe_core.scheduler.kernels.priced import priced_rows
-from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
+from collapipe_core.scheduler.kernels.segments import best_rows
 from collapipe_core.scheduler.kernels.warmup import warm_up
 
 __all__ = [
@@ -47,8 +46,6 @@ __all__ = [
     "decision_costs",
     "joint_microbatches",
     "memory_limits",
-    "pair_bounds",
     "priced_rows",
-    "segment_dp",
     "warm_up",
 ]

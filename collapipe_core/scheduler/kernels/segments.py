@@ -1,7 +1,7 @@
 """The segment step compiled (the model: ``scheduler/segments.py``): :func:`best_rows` runs the whole step
-per row — the candidate thresholds, each (X̄, Γ̄) pair's device caps and LP lower bound (:func:`pair_bounds`
-for a batch), the exact DP of the pairs in order of their bounds (:func:`segment_dp` for a batch) while a
-pair can still beat the best found, and the exact cost of the result.
+per row — the candidate thresholds, each (X̄, Γ̄) pair's device caps and LP lower bound
+(:func:`_bound_pair`), the exact DP of the pairs in order of their bounds (:func:`_dp_pair`) while a pair
+can still beat the best found, and the exact cost of the result.
 """
 
 from __future__ import annotations
@@ -29,53 +29,6 @@ from collapipe_core.scheduler.problem import IntArray
 SCALARS_SHA256 = "c6bf313e426efeab"
 
 
-def segment_dp(
-    cost: FloatArray,
-    link_s: FloatArray,
-    row_terms: FloatArray,
-    caps: IntArray,
-    x_bar: FloatArray,
-    g_bar: FloatArray,
-    num_blocks: int,
-) -> tuple[IntArray, FloatArray]:
-    """Exact segment DP for every (row, threshold pair): δ (R, C, K) and the cost charged at the thresholds.
-
-    cost (R, K, L) c_k(d) at index d − 1; link_s (R, K) t_k; row_terms (6, R): c1, c2, c_F, c_B, Γ_f and
-    the constant of each row; caps (R, C, K) each device's cap under each pair (X̄, Γ̄) (R, C) (∞: none).
-
-    Devices are taken in decreasing t_k (ties in device order), so the first scheduled one sets T. With
-    dp_s[j] the least cost of j TEBs on the first s devices with the schedule started,
-
-        dp_s[j] = min(dp_{s−1}[j], min_{1 ≤ d ≤ cap} dp_{s−1}[j − d] + c_s(d), c_s(j) + S_s)   (j ≤ cap)
-
-    where S_s = c1·[max(c_F, X̄, t_s) + max(c_B, 2X̄, t_s)] + c2·max(Γ_f, Γ̄) charges the maxima when the
-    schedule starts on device s (X̄, Γ̄ read as 0 when ∞). Ties keep the earlier device's entry, then the
-    smallest d, then a continuation over a start. The cost is dp_K[L] plus the row's constant, ∞ if no
-    placement fills L. Only the dp[j] from which the later devices can still reach L are updated (``lo`` in
-    :func:`_dp_pair`: the pair's own caps decide it).
-    """
-    rows, pairs, k = caps.shape
-    delta = np.zeros((rows, pairs, k), dtype=np.int64)
-    out = np.empty((rows, pairs))
-    cost, link_s, terms, x_bar, g_bar = as_floats(cost, link_s, np.transpose(row_terms), x_bar, g_bar)
-    _segment_dp(as_ints(caps), cost, link_s, terms, x_bar, g_bar, int(num_blocks), delta, out)
-    return delta, out
-
-
-@jit
-def _segment_dp(caps, cost, link_s, terms, x_bar, g_bar, L, delta, out):  # type: ignore[no-untyped-def]
-    rows, pairs, k = caps.shape
-    order = np.empty(k, dtype=np.int64)
-    scratch = _dp_scratch(k, L)
-    for r in range(rows):
-        sort_order(link_s[r], True, order)
-        for c in range(pairs):
-            x, g = x_bar[r, c], g_bar[r, c]
-            out[r, c] = _dp_pair(
-                caps[r, c], cost[r], link_s[r], terms[r], x, g, L, order, scratch, delta[r, c]
-            )
-
-
 @jit
 def _dp_scratch(k, L):  # type: ignore[no-untyped-def]
     """Work arrays of :func:`_dp_pair`: dp (L + 1), choice and started (K, L + 1), later_max (K)."""
@@ -89,9 +42,24 @@ def _dp_scratch(k, L):  # type: ignore[no-untyped-def]
 
 @jit
 def _dp_pair(caps, cost, link_s, terms, x_bar, g_bar, L, order, scratch, delta):  # type: ignore[no-untyped-def]
-    """The DP of one (row, pair): writes δ (K,) and returns the cost charged at the thresholds (∞: none).
+    """The exact DP of one (row, pair): writes δ (K,) and returns the cost charged at the thresholds (∞: no
+    placement fills L).
 
-    caps (K,) under the pair; cost (K, L); link_s (K,); terms (6,); order: devices by decreasing t_k."""
+    caps (K,) each device's cap under the pair (X̄, Γ̄; ∞: no threshold); cost (K, L) c_k(d) at index
+    d − 1; link_s (K,) t_k; terms (6,) c1, c2, c_F, c_B, Γ_f and the row's constant; order: devices by
+    decreasing t_k.
+
+    Devices are taken in decreasing t_k (ties in device order), so the first scheduled one sets T. With
+    dp_s[j] the least cost of j TEBs on the first s devices with the schedule started,
+
+        dp_s[j] = min(dp_{s−1}[j], min_{1 ≤ d ≤ cap} dp_{s−1}[j − d] + c_s(d), c_s(j) + S_s)   (j ≤ cap)
+
+    where S_s = c1·[max(c_F, X̄, t_s) + max(c_B, 2X̄, t_s)] + c2·max(Γ_f, Γ̄) charges the maxima when the
+    schedule starts on device s (X̄, Γ̄ read as 0 when ∞). Ties keep the earlier device's entry, then the
+    smallest d, then a continuation over a start. The cost is dp_K[L] plus the row's constant, ∞ if no
+    placement fills L. Only the dp[j] from which the later devices can still reach L are updated (``lo``:
+    the pair's own caps decide it).
+    """
     dp, choice, started, later_max = scratch
     k = caps.shape[0]
     c1, c2, stage_f, stage_b, floor, constant = terms
@@ -146,56 +114,6 @@ def _dp_pair(caps, cost, link_s, terms, x_bar, g_bar, L, order, scratch, delta):
     return total if math.isfinite(total) and left == 0 else INF
 
 
-def pair_bounds(
-    cost: FloatArray,
-    gather_s: FloatArray,
-    memory_caps: IntArray,
-    compute_s: FloatArray,
-    link_s: FloatArray,
-    row_terms: FloatArray,
-    x_bar: FloatArray,
-    g_bar: FloatArray,
-    num_blocks: int,
-) -> tuple[IntArray, FloatArray]:
-    """Each device's cap under each threshold pair (R, P, K) and the pair's lower bound on J (R, P).
-
-    cost, gather_s (R, K, L) c_k(d), γ_k(d) at index d − 1; memory_caps, compute_s a_k, link_s t_k (R, K);
-    row_terms (6, R): c1, c2, c_F, c_B, Γ_f, constant; x_bar, g_bar (R, P) the pairs (∞: no threshold).
-
-    cap = the largest d ≤ memory cap with d·a_k ≤ X̄ and γ_k(d) ≤ Γ̄ (both to a relative 1e-12; the allowed d
-    form a prefix, counted up to the first that fails). The bound is the LP relaxation — devices by their
-    cheapest cost per TEB min_{d ≤ cap} c_k(d)/d, ascending (ties in device order), each filled up to its
-    cap until L TEBs are placed (∞ if the caps hold fewer) — plus the constant and the maxima at the
-    thresholds: c1·[max(c_F, X̄, T) + max(c_B, 2X̄, T)] + c2·max(Γ_f, Γ̄), T the fastest link with a cap
-    (X̄, Γ̄ read as 0 when ∞).
-    """
-    rows, pairs = x_bar.shape
-    k = compute_s.shape[1]
-    caps = np.empty((rows, pairs, k), dtype=np.int64)
-    lower = np.empty((rows, pairs))
-    cost, gather_s, compute_s, link_s, terms, x_bar, g_bar = as_floats(
-        cost, gather_s, compute_s, link_s, np.transpose(row_terms), x_bar, g_bar
-    )
-    num_blocks = int(num_blocks)
-    _pair_bounds(
-        as_ints(memory_caps), cost, gather_s, compute_s, link_s, terms, x_bar, g_bar, num_blocks, caps, lower
-    )
-    return caps, lower
-
-
-@jit
-def _pair_bounds(memory_caps, cost, gather_s, compute_s, link_s, terms, x_bar, g_bar, L, caps, lower):  # type: ignore[no-untyped-def]
-    rows, pairs = x_bar.shape
-    scratch = _bound_scratch(compute_s.shape[1], L)
-    for r in range(rows):
-        _row_prefixes(cost[r], gather_s[r], scratch)
-        for p in range(pairs):
-            lower[r, p] = _bound_pair(
-                memory_caps[r], compute_s[r], link_s[r], terms[r], x_bar[r, p], g_bar[r, p], L, scratch,
-                caps[r, p],
-            )  # fmt: skip
-
-
 @jit
 def _bound_scratch(k, L):  # type: ignore[no-untyped-def]
     """Work arrays of :func:`_bound_pair`: the row's prefixes (K, L) of :func:`_row_prefixes`, rate and
@@ -221,9 +139,18 @@ def _row_prefixes(cost, gather_s, scratch):  # type: ignore[no-untyped-def]
 
 @jit
 def _bound_pair(memory_caps, compute_s, link_s, terms, xb, gb, L, scratch, caps):  # type: ignore[no-untyped-def]
-    """One row's device caps under the pair (X̄, Γ̄), written into caps (K,), and the pair's lower bound;
-    scratch holds the row's prefixes (:func:`_row_prefixes`). A device's allowed d form a prefix (d·a_k
-    grows with d; γ_k(d) is checked through its running maximum), found by bisection."""
+    """One row's device caps under the pair (X̄, Γ̄) (∞: no threshold), written into caps (K,), and the
+    pair's lower bound on J; scratch holds the row's prefixes (:func:`_row_prefixes`).
+
+    cap = the largest d ≤ memory cap with d·a_k ≤ X̄ and γ_k(d) ≤ Γ̄ (both to a relative 1e-12; the allowed d
+    form a prefix, counted up to the first that fails). The bound is the LP relaxation — devices by their
+    cheapest cost per TEB min_{d ≤ cap} c_k(d)/d, ascending (ties in device order), each filled up to its
+    cap until L TEBs are placed (∞ if the caps hold fewer) — plus the constant and the maxima at the
+    thresholds: c1·[max(c_F, X̄, T) + max(c_B, 2X̄, T)] + c2·max(Γ_f, Γ̄), T the fastest link with a cap
+    (X̄, Γ̄ read as 0 when ∞).
+
+    A device's allowed d are found by bisection (d·a_k grows with d; γ_k(d) is checked through its
+    running maximum)."""
     rate_min, gather_max, rate, taken, order = scratch
     k = compute_s.shape[0]
     tol = 1 + 1e-12
@@ -274,8 +201,10 @@ def best_rows(
 ) -> tuple[IntArray, FloatArray]:
     """The whole segment step of every row: the best δ (R, K) and its exact cost J (R,) (∞: no placement).
 
-    Arrays as in :func:`pair_bounds`; ``current`` (R, K) seeds the incumbent when it fits; ``width`` the
-    most thresholds of each kind (X̄ and Γ̄) examined, nearest the current solution's X and Γ.
+    cost, gather_s (R, K, L) c_k(d), γ_k(d) at index d − 1; memory_caps, compute_s a_k, link_s t_k (R, K);
+    row_terms (6, R): c1, c2, c_F, c_B, Γ_f, constant; ``current`` (R, K) seeds the incumbent when it
+    fits; ``width`` the most thresholds of each kind (X̄ and Γ̄) examined, nearest the current solution's X
+    and Γ.
 
     Per row: the thresholds (:func:`_sorted_runs`, :func:`_thresholds`, :func:`_window`), every pair's caps
     and lower bound (:func:`_bound_pair`), then the pairs in increasing bound (stable), each solved by the DP

@@ -10,7 +10,7 @@ from collapipe_core.scheduler.kernels.bandwidth import bandwidth_rows
 from collapipe_core.scheduler.kernels.costs import decision_costs
 from collapipe_core.scheduler.kernels.links import warm_up_links
 from collapipe_core.scheduler.kernels.microbatches import joint_microbatches, memory_limits
-from collapipe_core.scheduler.kernels.segments import best_rows, pair_bounds, segment_dp
+from collapipe_core.scheduler.kernels.segments import best_rows
 
 
 def warm_up() -> None:
@@ -21,11 +21,7 @@ def warm_up() -> None:
     terms = np.ones((6, 1))
     bandwidth_rows(delta, np.zeros((1, 2)), np.ones((1, 2)), terms, 1.0, 1.0)
     cost = np.cumsum(np.ones((1, 2, num_blocks)), axis=2)
-    link_s, x_bar, g_bar = np.ones((1, 2)), np.full((1, 1), np.inf), np.full((1, 1), np.inf)
-    caps, _ = pair_bounds(
-        cost, cost, np.full((1, 2), num_blocks), np.ones((1, 2)), link_s, terms, x_bar, g_bar, num_blocks
-    )
-    segment_dp(cost, link_s, terms, caps, x_bar, g_bar, num_blocks)
+    link_s = np.ones((1, 2))
     best_rows(cost, cost, np.full((1, 2), num_blocks), np.ones((1, 2)), link_s, terms, delta, num_blocks, 2)
     memory_limits(delta, np.ones((1, 2)), 1.0, 1.0, 1.0, 2, False)
     joint_microbatches(

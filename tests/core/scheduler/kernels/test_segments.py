@@ -1,5 +1,6 @@
-"""The compiled segment step against brute force over every composition (the DP) and against the caps'
-definition and the DP itself (the pair bounds); the candidate thresholds against numpy's sort."""
+"""The compiled segment step's parts: the DP of a threshold pair against brute force over every
+composition, a pair's caps and bound against the caps' definition and the DP itself, the candidate
+thresholds against numpy's sort (tests/core/scheduler/test_segments.py checks the whole step)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,59 @@ import itertools
 
 import numpy as np
 
-from collapipe_core.scheduler.kernels import pair_bounds, segment_dp, segments
+from collapipe_core.scheduler.kernels import segments
+from collapipe_core.scheduler.kernels.scalars import sort_order
+
+
+def segment_dp(
+    cost: np.ndarray,
+    link_s: np.ndarray,
+    terms: np.ndarray,
+    caps: np.ndarray,
+    x_bar: np.ndarray,
+    g_bar: np.ndarray,
+    L: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The DP of every (row, pair) (caps (R, P, K), pairs (R, P)): δ (R, P, K) and the charged costs."""
+    rows, pairs, k = caps.shape
+    delta = np.zeros((rows, pairs, k), dtype=np.int64)
+    charged = np.empty((rows, pairs))
+    order, scratch = np.empty(k, dtype=np.int64), segments._dp_scratch(k, L)
+    for r in range(rows):
+        sort_order(link_s[r], True, order)
+        for p in range(pairs):
+            charged[r, p] = segments._dp_pair(
+                caps[r, p], cost[r], link_s[r], terms[:, r].copy(), x_bar[r, p], g_bar[r, p], L, order,
+                scratch, delta[r, p],
+            )  # fmt: skip
+    return delta, charged
+
+
+def pair_bounds(
+    cost: np.ndarray,
+    gather_s: np.ndarray,
+    memory_caps: np.ndarray,
+    compute_s: np.ndarray,
+    link_s: np.ndarray,
+    terms: np.ndarray,
+    x_bar: np.ndarray,
+    g_bar: np.ndarray,
+    L: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every (row, pair)'s device caps (R, P, K) and lower bound (R, P)."""
+    rows, pairs = x_bar.shape
+    k = compute_s.shape[1]
+    caps = np.empty((rows, pairs, k), dtype=np.int64)
+    lower = np.empty((rows, pairs))
+    scratch = segments._bound_scratch(k, L)
+    for r in range(rows):
+        segments._row_prefixes(cost[r], gather_s[r], scratch)
+        for p in range(pairs):
+            lower[r, p] = segments._bound_pair(
+                memory_caps[r], compute_s[r], link_s[r], terms[:, r].copy(), x_bar[r, p], g_bar[r, p], L,
+                scratch, caps[r, p],
+            )  # fmt: skip
+    return caps, lower
 
 
 def test_segment_dp_matches_brute_force_over_every_composition() -> None:

@@ -11,8 +11,6 @@ def test_after_the_warm_up_a_decision_compiles_nothing() -> None:
     warm_up()
     kernels = (
         bandwidth._bandwidth_rows,
-        segments._segment_dp,
-        segments._pair_bounds,
         segments._best_rows,
         microbatches._memory_limits,
         microbatches._joint,
