@@ -2,9 +2,11 @@
 over a row, a stable insertion sort, and the conversions to the contiguous float64/int64 arrays the
 kernels are compiled for (one signature per kernel, so a warm cache covers every call).
 
-numba's disk cache of a kernel is checked against its own file only: after changing this file, update
-``SCALARS_SHA256`` in bandwidth.py and segments.py (tests/core/scheduler/kernels/test_cache.py fails
-until then and prints the new digest), which makes their cached kernels recompile.
+numba's disk cache of a kernel is checked against the kernel's own file only, not against the files whose
+jit functions it compiles in. So every kernel file carries a digest (the first 16 hex digits of the
+SHA-256) of each such file — ``SCALARS_SHA256`` of this one, ``BANDWIDTH_SHA256``, ``COSTS_SHA256`` — and
+after a change there the digests are updated (tests/core/scheduler/kernels/test_cache.py lists the pairs,
+fails until then and prints the new digest), which changes the kernel files and recompiles them.
 """
 
 from __future__ import annotations
