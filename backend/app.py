@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 from anyio import to_thread
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
@@ -19,7 +20,14 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from backend import config_router
-from backend.db.engine import make_engine, make_read_session_factory, make_session_factory, ping
+from backend.body_guard import BodyGuard
+from backend.db.engine import (
+    make_engine,
+    make_read_session_factory,
+    make_session_factory,
+    ping,
+    pool_usage,
+)
 from backend.error_handlers import install_error_handlers
 from backend.experiments.router import router as experiments_router
 from backend.gc_tuning import settle_after_startup
@@ -45,7 +53,9 @@ def create_app(
     channel: LiveChannel | None = None,
 ) -> FastAPI:
     settings = settings or Settings()
-    engine = make_engine(settings.database_url)
+    engine = make_engine(
+        settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
+    )
     session_factory = make_session_factory(engine)
     if channel is None:
         if settings.executor == "local":
@@ -78,6 +88,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.workspace = settings.workspace()
     app.state.engine = engine
     app.state.session_factory = session_factory
     app.state.read_session_factory = make_read_session_factory(engine)
@@ -97,6 +108,7 @@ def create_app(
         app.include_router(router)
     registry = CollectorRegistry()
     registry.register(RunCollector(session_factory, dispatcher.queue_depth))
+    app.add_middleware(BodyGuard, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, registry=registry)
     _add_probes(app, registry)
     mount_frontend(app, FRONTEND_DIR)
@@ -111,10 +123,18 @@ def _add_probes(app: FastAPI, registry: CollectorRegistry) -> None:
 
     @app.get("/readyz", tags=["ops"], responses={503: {"description": "a dependency is unavailable"}})
     async def readyz(request: Request) -> JSONResponse:
-        """Ready to serve: the database answers and the executor can dispatch (broker reachable)."""
+        """Ready to serve: a database connection is free within ``readiness_timeout_s`` and answers
+        (a starved connection pool is not ready), and the executor can dispatch (broker reachable)."""
         checks: dict[str, Any] = {"database": "ok", "executor": "ok"}
+        engine = request.app.state.engine
+        timeout_s = request.app.state.settings.readiness_timeout_s
         try:
-            await to_thread.run_sync(ping, request.app.state.engine)
+            with anyio.move_on_after(timeout_s) as waited:
+                await to_thread.run_sync(ping, engine, abandon_on_cancel=True)
+            if waited.cancelled_caught:
+                checks["database"] = (
+                    f"starved: no connection free within {timeout_s:g} s ({pool_usage(engine)})"
+                )
         except Exception as err:
             checks["database"] = f"unreachable: {type(err).__name__}"
         problem = await to_thread.run_sync(request.app.state.dispatcher.check_ready)

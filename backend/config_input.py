@@ -8,10 +8,12 @@ from backend.errors import InvalidConfig
 from backend.text_input import nul_paths
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.validation import ConfigError, parse_config
+from collapipe_core.workspace import Workspace
 
 
-def validated_config(data: dict[str, Any], field: str = "config") -> ExperimentConfig:
-    """Parse and check ``data``; raises InvalidConfig whose details name ``<field>.<path>``."""
+def validated_config(data: dict[str, Any], workspace: Workspace, field: str = "config") -> ExperimentConfig:
+    """Parse and check ``data`` in the service's ``workspace`` (files from the data directory,
+    registered policies, the worker's memory); raises InvalidConfig whose details name ``<field>.<path>``."""
     bad = nul_paths(data)
     if bad:
         details = [
@@ -20,7 +22,7 @@ def validated_config(data: dict[str, Any], field: str = "config") -> ExperimentC
         ]
         raise InvalidConfig(f"the experiment config has {len(details)} problem(s)", details)
     try:
-        return parse_config(data)
+        return parse_config(data, workspace)
     except ConfigError as err:
         raise InvalidConfig.from_config_error(err, prefix=field) from None
 

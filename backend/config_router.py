@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from backend.config_input import normalized, validated_config
-from backend.deps import ViewerUser
+from backend.deps import ViewerUser, WorkspaceDep
 from backend.errors import ERROR_RESPONSES
 from backend.jsonsafe import sanitize
 from collapipe_core.config import config_json_schema
@@ -35,21 +35,21 @@ def schema(_user: ViewerUser) -> dict[str, Any]:
 
 
 @router.post("/validate")
-def validate(config: dict[str, Any], _user: ViewerUser) -> dict[str, Any]:
+def validate(config: dict[str, Any], _user: ViewerUser, workspace: WorkspaceDep) -> dict[str, Any]:
     """Check a config without storing it; 422 names every problem. Returns the config with defaults."""
-    return normalized(validated_config(config))
+    return normalized(validated_config(config, workspace))
 
 
 @router.post("/preflight")
-def preflight(config: dict[str, Any], _user: ViewerUser) -> dict[str, Any]:
+def preflight(config: dict[str, Any], _user: ViewerUser, workspace: WorkspaceDep) -> dict[str, Any]:
     """Round 0 of the config's policy on the cost model, before launching: {"round": ..., "devices": [...]}
     with modeled latency, energy and memory per device (against capacity and budget). 422 as /validate."""
-    checked = validated_config(config)
+    checked = validated_config(config, workspace)
     analytic = checked.model_copy(
         update={"executor": "analytic", "training": checked.training.model_copy(update={"rounds": 1})}
     )
     sink = MemorySink()
-    Runner(analytic, sink).run()
+    Runner(analytic, sink, workspace=workspace).run()
     result: dict[str, Any] = sanitize(sink.results[0].to_json())
     return result
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Literal, TypeVar
 
 from anyio import to_thread
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
+from backend.db.engine import SessionFactory
 from backend.db.models import User
 from backend.db.transaction import commit_and_notify, discard_pending
 from backend.errors import Forbidden, Unauthenticated
@@ -17,6 +19,7 @@ from backend.metrics.series_cache import SeriesCache
 from backend.runs.dispatch import RunDispatcher
 from backend.settings import Settings
 from backend.users import service as users
+from collapipe_core.workspace import Workspace
 
 SESSION_COOKIE = "collapipe_session"
 _ENDED = "ended_by_endpoint"  # session.info key: the transaction was ended in the endpoint's thread
@@ -92,6 +95,11 @@ async def _settings(request: Request) -> Settings:
     return settings
 
 
+async def _workspace(request: Request) -> Workspace:
+    workspace: Workspace = request.app.state.workspace
+    return workspace
+
+
 async def _channel(request: Request) -> LiveChannel:
     channel: LiveChannel = request.app.state.channel
     return channel
@@ -108,39 +116,92 @@ async def _series_cache(request: Request) -> SeriesCache:
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
+WorkspaceDep = Annotated[Workspace, Depends(_workspace)]
 SeriesCacheDep = Annotated[SeriesCache, Depends(_series_cache)]
 ChannelDep = Annotated[LiveChannel, Depends(_channel)]
 DispatcherDep = Annotated[RunDispatcher, Depends(_dispatcher)]
 
 
-def _bearer(request: Request) -> str | None:
+@dataclass(frozen=True)
+class Credential:
+    """How a request authenticates: an API token (``Authorization: Bearer``) or the session cookie."""
+
+    kind: Literal["token", "cookie"]
+    secret: str
+
+
+def _credential(request: Request) -> Credential:
+    """The request's credential (the bearer token wins over the cookie); 401 if it has none."""
     header = request.headers.get("authorization")
-    if not header:
-        return None
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        raise Unauthenticated("Authorization header must be 'Bearer <token>'")
-    return value.strip()
+    if header:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise Unauthenticated("Authorization header must be 'Bearer <token>'")
+        return Credential("token", value.strip())
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        return Credential("cookie", cookie)
+    raise Unauthenticated("log in (POST /api/auth/login) or send 'Authorization: Bearer <token>'")
+
+
+def _user_for(session: Session, credential: Credential) -> User:
+    """The credential's user, read now: a revoked token, an ended session or a deleted user is a 401."""
+    if credential.kind == "token":
+        user = users.user_for_token(session, credential.secret)
+        if user is None:
+            raise Unauthenticated("the API token is unknown or revoked")
+        return user
+    user = users.user_for_session(session, credential.secret)
+    if user is None:
+        raise Unauthenticated("the session expired or was ended; log in again")
+    return user
 
 
 def _current_user(request: Request, session: SessionDep) -> User:
     """The caller, from ``Authorization: Bearer <token>`` or else the session cookie; 401 if neither."""
-    token = _bearer(request)
-    if token is not None:
-        user = users.user_for_token(session, token)
-        if user is None:
-            raise Unauthenticated("the API token is unknown or revoked")
-        return user
-    cookie = request.cookies.get(SESSION_COOKIE)
-    if cookie:
-        user = users.user_for_session(session, cookie)
-        if user is not None:
-            return user
-        raise Unauthenticated("the session expired or was ended; log in again")
-    raise Unauthenticated("log in (POST /api/auth/login) or send 'Authorization: Bearer <token>'")
+    return _user_for(session, _credential(request))
 
 
 CurrentUser = Annotated[User, Depends(_current_user)]
+
+
+class StreamAccess:
+    """The caller of a long-lived stream, checked again while the stream is open.
+
+    A stream holds no database connection while it waits: the caller is checked with a short session
+    of its own when the stream opens and again by :meth:`allowed` (the stream calls it every half
+    heartbeat), so a revoked token, an ended session, a deleted user or a role below ``role`` ends
+    the stream within one heartbeat.
+    """
+
+    def __init__(self, session_factory: SessionFactory, credential: Credential, role: str) -> None:
+        self.session_factory = session_factory
+        self.credential = credential
+        self.role = role
+
+    def check(self) -> None:
+        """Raise Unauthenticated or Forbidden unless the caller may still read (a short session)."""
+        with self.session_factory() as session:
+            user = _user_for(session, self.credential)
+            if not users.has_role(user, self.role):
+                raise Forbidden(f"this needs the {self.role} role; you are {user.role}")
+            session.commit()  # a token's last-use stamp
+
+    async def allowed(self) -> bool:
+        try:
+            await to_thread.run_sync(self.check)
+        except (Unauthenticated, Forbidden):
+            return False
+        return True
+
+
+async def _stream_viewer(request: Request) -> StreamAccess:
+    access = StreamAccess(request.app.state.session_factory, _credential(request), "viewer")
+    await to_thread.run_sync(access.check)
+    return access
+
+
+StreamViewer = Annotated[StreamAccess, Depends(_stream_viewer)]
 
 
 def require_role(role: str) -> Callable[[User], Awaitable[User]]:

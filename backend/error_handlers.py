@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.errors import DomainError
+from collapipe_core.quote import json_value
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +26,10 @@ def error_json(status_code: int, code: str, message: str, details: Any = None) -
 def _validation_details(err: RequestValidationError) -> list[dict[str, Any]]:
     details = []
     for e in err.errors():
-        loc = [str(p) for p in e.get("loc", ())]
-        value = e.get("input")
-        if not isinstance(value, str | int | float | bool | type(None)):
-            value = repr(value)[:200]
-        details.append({"field": ".".join(loc), "value": value, "message": str(e.get("msg", ""))})
+        loc = [str(p)[:60] for p in e.get("loc", ())]
+        details.append(
+            {"field": ".".join(loc), "value": json_value(e.get("input")), "message": str(e.get("msg", ""))}
+        )
     return details
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from collapipe_core.scheduler import PolicyRegistry
+from collapipe_core.workspace import Workspace
 
 
 class Settings(BaseSettings):
@@ -23,6 +27,33 @@ class Settings(BaseSettings):
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="broker and live streams")
     artifact_dir: Path = Field(
         default=Path("./runs"), description="checkpoints (run-<id>/); shared by every worker"
+    )
+    data_dir: Path = Field(
+        default=Path("./data"),
+        description="the only place configs read files from (network.trace_file names a file in it); "
+        "mounted at the same path on every worker host",
+    )
+    policies: dict[str, str] = Field(
+        default_factory=dict,
+        description="policies configs may name besides the built-ins and the installed packages' "
+        '"collapipe.policies" entry points: JSON {"name": "package.module:Class"}',
+    )
+    max_body_bytes: int = Field(
+        default=1 * 2**20, ge=1024, description="largest request body; larger ones get 413 unread"
+    )
+    max_file_bytes: int = Field(
+        default=8 * 2**20, ge=1024, description="largest file a config may name (read whole at validation)"
+    )
+    worker_memory_bytes: int | None = Field(
+        default=None,
+        ge=2**20,
+        description="memory one run may use on a worker; runs modeled to need more are refused before "
+        "launch (default: 80 % of this host's memory / max_parallel_runs)",
+    )
+    db_pool_size: int = Field(default=10, ge=1, le=1000, description="pooled database connections")
+    db_max_overflow: int = Field(default=10, ge=0, le=1000, description="connections beyond the pool")
+    readiness_timeout_s: float = Field(
+        default=2.0, gt=0, description="/readyz: a database connection must be free within this"
     )
     host: str = Field(default="127.0.0.1", description="address `collapipe serve` binds")
     port: int = Field(default=8000, ge=1, le=65535)
@@ -57,6 +88,28 @@ class Settings(BaseSettings):
         default="workers.redis_channel:make_channel",
         description="executor=celery: 'module:callable' taking Settings, returning a LiveChannel",
     )
+
+    @field_validator("policies")
+    @classmethod
+    def _registrable(cls, policies: dict[str, str]) -> dict[str, str]:
+        PolicyRegistry(policies)  # raises ValueError naming a bad entry
+        return policies
+
+    def memory_limit_bytes(self) -> int:
+        """``worker_memory_bytes``, or 80 % of this host's memory shared by ``max_parallel_runs`` runs."""
+        if self.worker_memory_bytes is not None:
+            return self.worker_memory_bytes
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return int(0.8 * physical / self.max_parallel_runs)
+
+    def workspace(self) -> Workspace:
+        """What a config may reach on this service: files in ``data_dir``, registered policies, memory."""
+        return Workspace.service(
+            self.data_dir,
+            PolicyRegistry(self.policies),
+            max_file_bytes=self.max_file_bytes,
+            memory_limit_bytes=self.memory_limit_bytes(),
+        )
 
     def is_loopback(self) -> bool:
         """Whether ``host`` only accepts connections from this machine."""

@@ -253,7 +253,7 @@ def main() -> None:
     torch.set_num_threads(1)
     config = parse_config(scenario(max(args.iterations, 2)))
     bundle = load_dataset(config)
-    base = observe(build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size), 0)
+    base = observe(build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size, None), 0)
 
     runs = run_rounds(config, bundle, base, links=False)
     m = config.model

@@ -354,7 +354,7 @@ def decision_times(devices: tuple[int, ...], blocks: tuple[int, ...], repeats: i
                     "data": {"dataset": "synthetic-reverse", "samples_per_cluster": 64, "eval_samples": 16},
                 }
             )
-            env = build_environment(config, 12, 12)
+            env = build_environment(config, 12, 12, None)
             if not rows:  # one untimed decision first: the first call pays one-off start-up costs
                 policy.decide(observe(env, repeats))
             times = []

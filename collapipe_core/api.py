@@ -21,8 +21,16 @@ from collapipe_core.config import ExperimentConfig
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler import get_policy
-from collapipe_core.state import Environment, RoundState, build_environment, observe, update_queues
+from collapipe_core.state import (
+    Environment,
+    RoundState,
+    build_environment,
+    load_device_trace,
+    observe,
+    update_queues,
+)
 from collapipe_core.validation import load_config
+from collapipe_core.workspace import Workspace
 
 __all__ = ["Decision", "decide", "environment", "evaluate", "load_config", "round_state", "schedule_rounds"]
 
@@ -32,7 +40,7 @@ def environment(config: ExperimentConfig) -> Environment:
     from collapipe_core.data import vocab_sizes
 
     src_vocab, tgt_size = vocab_sizes(config)
-    return build_environment(config, src_vocab, tgt_size)
+    return build_environment(config, src_vocab, tgt_size, load_device_trace(config, Workspace.local()))
 
 
 def round_state(

@@ -8,8 +8,9 @@ Channel model (documented product model): gain h = 10^(−PL_dB/10) · |g|², wi
 loss PL_dB = reference_loss_db + 10·α·log10(distance_m / 1 m) and Rayleigh fading |g|² ~ Exp(1)
 redrawn per device and round (|g|² = 1 when fading is off).
 
-An optional trace file gives measured per-round device speed (a factor on FLOP/s) and availability;
-rounds past its end wrap around (round t uses trace row t mod length).
+An optional trace gives measured per-round device speed (a factor on FLOP/s) and availability;
+rounds past its end wrap around (round t uses trace row t mod length). :func:`parse_trace` reads
+its text; the file itself is read through the run's workspace (:mod:`collapipe_core.workspace`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -144,22 +144,61 @@ class DeviceTrace:
         return self.speed_factor[i], self.available[i]
 
 
-def load_trace(path: str | Path, num_clusters: int, devices_per_cluster: int) -> DeviceTrace:
-    """Read a CSV or JSON trace of rows {round, cluster, device, speed_factor, available}.
+MAX_TRACE_CELLS = 4_000_000
+"""Largest trace: rounds × clusters × devices (each cell holds a speed factor and an availability)."""
+TRACE_COLUMNS = ("round", "cluster", "device", "speed_factor", "available")
+_TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no"}
 
-    Rows not given default to speed 1 and available. Raises ValueError naming the row and field.
-    """
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() == ".json":
-        loaded = json.loads(text)
-        rows = loaded["rows"] if isinstance(loaded, dict) else loaded
+
+class TraceError(ValueError):
+    """A trace that cannot be used; names the row (1-based, as an editor shows it) and the column."""
+
+    def __init__(self, message: str, row: int | None = None, column: str | None = None) -> None:
+        where = "".join(
+            [f"row {row}" if row is not None else "", f", column {column!r}" if column is not None else ""]
+        )
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+def parse_trace(text: str, is_json: bool, num_clusters: int, devices_per_cluster: int) -> DeviceTrace:
+    """A CSV (header ``round,cluster,device,speed_factor,available``) or JSON (a list of such objects,
+    or ``{"rows": [...]}``) trace. Cells not given default to speed 1 and available; rounds past the
+    trace's end wrap around. Raises TraceError naming the row and column, never quoting the file."""
+    rows: list[tuple[int, dict[str, object]]]
+    if is_json:
+        try:
+            loaded = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as err:
+            line = getattr(err, "lineno", None)
+            raise TraceError("not valid JSON", row=line) from None
+        items = loaded.get("rows") if isinstance(loaded, dict) else loaded
+        if not isinstance(items, list):
+            raise TraceError('a JSON trace is a list of rows or {"rows": [...]}')
+        rows = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise TraceError("each row must be an object with round, cluster, device", row=i + 1)
+            rows.append((i + 1, item))
     else:
-        rows = list(csv.DictReader(text.splitlines()))
+        reader = csv.DictReader(text.splitlines())
+        if reader.fieldnames is None:
+            raise TraceError("the trace is empty; give a header line and at least one row")
+        # line numbers as an editor shows them: the header is line 1
+        rows = [(i + 2, dict(row)) for i, row in enumerate(reader)]
     if not rows:
-        raise ValueError(f"{path}: the trace has no rows")
-    parsed = [_parse_trace_row(path, i, row, num_clusters, devices_per_cluster) for i, row in enumerate(rows)]
+        raise TraceError("the trace has no rows")
+    parsed = [_parse_trace_row(line, row, num_clusters, devices_per_cluster) for line, row in rows]
     num_rounds = max(r[0] for r in parsed) + 1
+    if num_rounds * num_clusters * devices_per_cluster > MAX_TRACE_CELLS:
+        line = rows[max(range(len(parsed)), key=lambda i: parsed[i][0])][0]
+        devices = num_clusters * devices_per_cluster
+        raise TraceError(
+            f"round {num_rounds - 1} makes the trace {num_rounds} rounds × {devices} "
+            f"devices, more than {MAX_TRACE_CELLS:,} cells; rounds past the end wrap around, so a shorter "
+            "trace repeats",
+            row=line,
+            column="round",
+        )
     speed = np.ones((num_rounds, num_clusters, devices_per_cluster))
     available = np.ones((num_rounds, num_clusters, devices_per_cluster), dtype=bool)
     for t, n, k, factor, avail in parsed:
@@ -169,24 +208,39 @@ def load_trace(path: str | Path, num_clusters: int, devices_per_cluster: int) ->
 
 
 def _parse_trace_row(
-    path: Path, index: int, row: dict[str, object], num_clusters: int, devices_per_cluster: int
+    line: int, row: dict[str, object], num_clusters: int, devices_per_cluster: int
 ) -> tuple[int, int, int, float, bool]:
-    where = f"{path} row {index + 1}"
+    def integer(column: str, high: int) -> int:
+        raw = row.get(column)
+        if raw is None or raw == "":
+            raise TraceError("missing; every row needs round, cluster and device", line, column)
+        try:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = int(raw) if isinstance(raw, int) else int(str(raw).strip())
+        except ValueError:
+            raise TraceError("not a whole number", line, column) from None
+        if not 0 <= value < high:
+            limit = f"{high - 1:,}" if high < 2**31 else "the trace's size"
+            raise TraceError(f"{value} is outside 0..{limit}", line, column)
+        return value
+
+    t = integer("round", MAX_TRACE_CELLS)
+    n = integer("cluster", num_clusters)
+    k = integer("device", devices_per_cluster)
+    raw_factor = row.get("speed_factor", 1.0)
     try:
-        t, n, k = int(str(row["round"])), int(str(row["cluster"])), int(str(row["device"]))
-        factor = float(str(row.get("speed_factor", 1.0)))
-        avail_raw = str(row.get("available", "1")).strip().lower()
-    except KeyError as missing:
-        raise ValueError(f"{where}: missing column {missing}; need round, cluster, device") from None
-    except ValueError as bad:
-        raise ValueError(f"{where}: {bad}") from None
-    if t < 0 or not 0 <= n < num_clusters or not 0 <= k < devices_per_cluster:
-        raise ValueError(
-            f"{where}: (round {t}, cluster {n}, device {k}) is outside the network "
-            f"({num_clusters} clusters × {devices_per_cluster} devices)"
-        )
-    if not factor > 0:
-        raise ValueError(f"{where}: speed_factor must be > 0, got {factor}")
-    if avail_raw not in {"1", "0", "true", "false", "yes", "no"}:
-        raise ValueError(f"{where}: available must be 1/0 or true/false, got {avail_raw!r}")
-    return t, n, k, factor, avail_raw in {"1", "true", "yes"}
+        if isinstance(raw_factor, bool) or raw_factor is None:
+            raise ValueError
+        factor = float(raw_factor) if isinstance(raw_factor, int | float) else float(str(raw_factor))
+    except ValueError:
+        raise TraceError("not a number", line, "speed_factor") from None
+    if not (np.isfinite(factor) and factor > 0):
+        raise TraceError("must be a finite number > 0", line, "speed_factor")
+    raw_avail = row.get("available", True)
+    if isinstance(raw_avail, bool):
+        return t, n, k, factor, raw_avail
+    text = str(raw_avail).strip().lower()
+    if text not in _TRUE | _FALSE:
+        raise TraceError("must be 1/0, true/false or yes/no", line, "available")
+    return t, n, k, factor, text in _TRUE

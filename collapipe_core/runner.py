@@ -23,9 +23,16 @@ from collapipe_core.network import FloatArray, device_id
 from collapipe_core.pipeline.executor import AnalyticExecutor, Executor, TrainingOutcome
 from collapipe_core.pipeline.split import plan_segments
 from collapipe_core.records import DeviceRecord, RoundRecord, RoundResult
-from collapipe_core.scheduler import get_policy
 from collapipe_core.sinks import RecordSink
-from collapipe_core.state import Environment, RoundState, build_environment, observe, update_queues
+from collapipe_core.state import (
+    Environment,
+    RoundState,
+    build_environment,
+    load_device_trace,
+    observe,
+    update_queues,
+)
+from collapipe_core.workspace import Workspace
 
 
 @dataclass
@@ -41,13 +48,14 @@ class RunSummary:
     infeasible_rounds: int = 0
 
 
-def make_executor(config: ExperimentConfig) -> tuple[Executor, Environment]:
+def make_executor(config: ExperimentConfig, workspace: Workspace) -> tuple[Executor, Environment]:
     """The configured executor and the environment it runs in (vocabularies come from the data)."""
     from collapipe_core.data import load_dataset, vocab_sizes
 
+    trace = load_device_trace(config, workspace)
     if config.executor in ("simulated", "distributed"):
         bundle = load_dataset(config)
-        env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size)
+        env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size, trace)
         if config.executor == "distributed":
             from collapipe_core.pipeline.distributed import DistributedExecutor
 
@@ -56,7 +64,7 @@ def make_executor(config: ExperimentConfig) -> tuple[Executor, Environment]:
 
         return SimulatedExecutor(config, bundle), env
     src_vocab, tgt_size = vocab_sizes(config)
-    return AnalyticExecutor(), build_environment(config, src_vocab, tgt_size)
+    return AnalyticExecutor(), build_environment(config, src_vocab, tgt_size, trace)
 
 
 class Runner:
@@ -65,12 +73,16 @@ class Runner:
         config: ExperimentConfig,
         sink: RecordSink,
         checkpoint_dir: str | Path | None = None,
+        workspace: Workspace | None = None,
     ) -> None:
+        """``workspace`` says which files and policies the config may name (default: the local one:
+        plain paths and import paths, for the CLI and scripts; the service passes its own)."""
+        workspace = workspace or Workspace.local()
         self.config = config
         self.sink = sink
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-        self.policy = get_policy(config.scheduler.policy)
-        self.executor, self.env = make_executor(config)
+        self.policy = workspace.policies.create(config.scheduler.policy)
+        self.executor, self.env = make_executor(config, workspace)
         shape = self.env.scenario.shape
         self.queues: FloatArray = np.zeros(shape)
         self.next_round = 0

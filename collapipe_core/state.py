@@ -18,10 +18,13 @@ from collapipe_core.network import (
     DeviceTrace,
     FloatArray,
     Scenario,
+    TraceError,
     build_scenario,
     channel_gains,
-    load_trace,
+    parse_trace,
 )
+from collapipe_core.quote import short
+from collapipe_core.workspace import FileRefused, Workspace
 
 
 @dataclass(frozen=True)
@@ -93,11 +96,28 @@ class RoundState:
         return self.env.settings
 
 
-def build_environment(config: ExperimentConfig, src_vocab: int, tgt_size: int) -> Environment:
+def load_device_trace(config: ExperimentConfig, workspace: Workspace) -> DeviceTrace | None:
+    """The config's ``network.trace_file`` read through ``workspace``; FileRefused names the field."""
+    name = config.network.trace_file
+    if name is None:
+        return None
+    text = workspace.read_text("network.trace_file", name)
+    try:
+        return parse_trace(
+            text,
+            name.lower().endswith(".json"),
+            config.network.num_clusters,
+            config.network.devices_per_cluster,
+        )
+    except TraceError as err:
+        raise FileRefused("network.trace_file", name, f"{short(name)}, {err}") from None
+
+
+def build_environment(
+    config: ExperimentConfig, src_vocab: int, tgt_size: int, trace: DeviceTrace | None
+) -> Environment:
+    """The run's static context; ``trace`` is :func:`load_device_trace`'s (None: no trace)."""
     scenario = build_scenario(config)
-    trace = None
-    if config.network.trace_file:
-        trace = load_trace(config.network.trace_file, scenario.num_clusters, scenario.devices_per_cluster)
     return Environment(
         scenario=scenario,
         profile=build_profile(config, src_vocab, tgt_size),

@@ -3,6 +3,10 @@
 Parsing errors (types, bounds) come from pydantic and are translated; cross-field checks that need
 the data set or the cost model (memory feasibility, micro-batches against data) are done here.
 Nothing runs until the config passes.
+
+What a config may name — files and policies — and the memory a run may use depend on where it runs:
+every check takes a :class:`~collapipe_core.workspace.Workspace` (the local one for the CLI, the
+service's for the API and its workers).
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ import yaml
 from pydantic import ValidationError
 
 from collapipe_core.config import DATASETS, DATASETS_CLASSIFIER, DATASETS_SEQ2SEQ, ExperimentConfig
+from collapipe_core.costmodel.host import host_memory_bytes
+from collapipe_core.costmodel.profile import ModelProfile
+from collapipe_core.network import DeviceTrace
+from collapipe_core.quote import json_value, short
+from collapipe_core.state import build_environment, load_device_trace
+from collapipe_core.workspace import FileRefused, Workspace
 
 
 @dataclass(frozen=True)
@@ -27,13 +37,11 @@ class ConfigProblem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.message} (got {self.value!r})"
+        return f"{self.field}: {self.message} (got {short(self.value)})"
 
     def to_json(self) -> dict[str, Any]:
-        value = (
-            self.value if isinstance(self.value, str | int | float | bool | type(None)) else repr(self.value)
-        )
-        return {"field": self.field, "value": value, "message": self.message}
+        """Plain JSON; the value is quoted by at most a short prefix."""
+        return {"field": self.field, "value": json_value(self.value), "message": self.message}
 
 
 class ConfigError(ValueError):
@@ -44,15 +52,18 @@ class ConfigError(ValueError):
         super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def parse_config(data: dict[str, Any]) -> ExperimentConfig:
-    """Parse a dict into an ExperimentConfig and run every check; raises ConfigError."""
+def parse_config(data: dict[str, Any], workspace: Workspace | None = None) -> ExperimentConfig:
+    """Parse a dict into an ExperimentConfig and run every check; raises ConfigError.
+
+    ``workspace``: where the config runs (default: the local CLI's: plain paths, import paths).
+    """
     if not isinstance(data, dict):
         raise ConfigError([ConfigProblem("(root)", data, "the config must be a mapping of sections")])
     try:
         config = ExperimentConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError([_translate(e) for e in err.errors()]) from None
-    problems = check_config(config)
+    problems = check_config(config, workspace or Workspace.local())
     if problems:
         raise ConfigError(problems)
     return config
@@ -99,15 +110,23 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 def _translate(error: Any) -> ConfigProblem:
     field = ".".join(str(p) for p in error["loc"]) or "(root)"
     message = str(error["msg"]).removeprefix("Value error, ")
+    value = error.get("input")
     if error["type"] == "extra_forbidden":
         message = "unknown field; remove it or check its spelling against `collapipe config schema`"
-    return ConfigProblem(field, error.get("input"), message)
+    elif error["type"] in ("float_type", "int_type") and isinstance(value, str):
+        message += (
+            "; numbers are never text (PyYAML reads 4.0e9 as text: write 4.0e+9, or the plain digits "
+            "of an integer)"
+        )
+    elif error["type"] == "int_type" and isinstance(value, float):
+        message += f" (a whole number, not {short(value)})"
+    return ConfigProblem(field, value, message)
 
 
-def check_config(config: ExperimentConfig) -> list[ConfigProblem]:
-    """Cross-field checks. Returns every problem found (empty when the config can run)."""
+def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigProblem]:
+    """Cross-field checks in ``workspace``. Returns every problem found (empty when the config can run)."""
     problems: list[ConfigProblem] = []
-    m, d, t, s, net = config.model, config.data, config.training, config.scheduler, config.network
+    m, d, t, s = config.model, config.data, config.training, config.scheduler
 
     def add(field: str, value: Any, message: str) -> None:
         problems.append(ConfigProblem(field, value, message))
@@ -151,23 +170,23 @@ def check_config(config: ExperimentConfig) -> list[ConfigProblem]:
             s.num_microbatches,
             f"exceeds scheduler.max_microbatches ({s.max_microbatches})",
         )
-    problems.extend(_check_policy(config))
-    if net.trace_file is not None and not Path(net.trace_file).is_file():
-        add("network.trace_file", net.trace_file, "no such file")
+    problems.extend(_check_policy(config, workspace))
+    trace = None
+    try:
+        trace = load_device_trace(config, workspace)
+    except FileRefused as err:
+        add(err.field, err.value, err.message)
     if not problems and d.dataset in DATASETS:
-        problems.extend(_check_data_and_memory(config))
+        problems.extend(_check_data_and_memory(config, workspace, trace))
     return problems
 
 
-def _check_policy(config: ExperimentConfig) -> list[ConfigProblem]:
-    from collapipe_core.scheduler import UnknownPolicyError, get_policy
-
+def _check_policy(config: ExperimentConfig, workspace: Workspace) -> list[ConfigProblem]:
     s, blocks, devices = config.scheduler, config.model.num_encoder_blocks, config.network.devices_per_cluster
     problems: list[ConfigProblem] = []
-    try:
-        get_policy(s.policy)
-    except UnknownPolicyError as err:
-        problems.append(ConfigProblem("scheduler.policy", s.policy, str(err)))
+    problem = workspace.policies.problem(s.policy)
+    if problem is not None:
+        problems.append(ConfigProblem("scheduler.policy", s.policy, problem))
     if s.segments is not None:
         if len(s.segments) != devices:
             problems.append(
@@ -191,9 +210,10 @@ def _check_policy(config: ExperimentConfig) -> list[ConfigProblem]:
     return problems
 
 
-def _check_data_and_memory(config: ExperimentConfig) -> list[ConfigProblem]:
+def _check_data_and_memory(
+    config: ExperimentConfig, workspace: Workspace, trace: DeviceTrace | None
+) -> list[ConfigProblem]:
     from collapipe_core.data import dataset_size, vocab_sizes
-    from collapipe_core.state import build_environment
 
     d, net = config.data, config.network
     problems: list[ConfigProblem] = []
@@ -213,7 +233,8 @@ def _check_data_and_memory(config: ExperimentConfig) -> list[ConfigProblem]:
                 f"{config.model.seq_len}; lower data.samples_per_cluster or data.eval_samples",
             )
         )
-    env = build_environment(config, src_vocab, tgt_size)
+    env = build_environment(config, src_vocab, tgt_size, trace)
+    problems.extend(host_memory_problems(config, env.profile, workspace.memory_limit_bytes))
     problems.extend(
         memory_problems(
             env.scenario.memory_bytes,
@@ -259,5 +280,33 @@ def memory_problems(
             f"{overhead_bytes / 2**20:.0f} MiB runtime); its largest device c{n}-d{best} has "
             f"{capacity_bytes[n, best] / 2**20:.1f} MiB and is short by {shortfall / 2**20:.1f} MiB "
             "to take the rest; give devices more memory or use a smaller model",
+        )
+    ]
+
+
+def host_memory_problems(
+    config: ExperimentConfig, profile: ModelProfile, limit_bytes: int | None
+) -> list[ConfigProblem]:
+    """Refuse a run whose modeled memory on the worker (costmodel/host.py) exceeds ``limit_bytes``."""
+    if limit_bytes is None:
+        return []
+    needed = host_memory_bytes(config, profile)
+    if needed <= limit_bytes:
+        return []
+    m = config.model
+    vocab = m.vocab_size if m.vocab_size is not None else "the data's"
+    sizes = (
+        f"model.d_model = {m.d_model}, model.ffn_dim = {m.ffn_dim}, model.num_encoder_blocks = "
+        f"{m.num_encoder_blocks}, model.vocab_size = {vocab}"
+    )
+    return [
+        ConfigProblem(
+            "model",
+            None,
+            f"the {config.executor} executor would need about {needed / 2**30:.1f} GiB on a worker "
+            f"(weights, gradients and {config.training.optimizer} state of {profile.total_params:,} "
+            f"parameters for {config.network.num_clusters} clusters, and activations), but a worker may use "
+            f"{limit_bytes / 2**30:.1f} GiB (COLLAPIPE_WORKER_MEMORY_BYTES); make the model smaller "
+            f"({sizes}), use fewer clusters, or run it with executor: analytic",
         )
     ]

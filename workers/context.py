@@ -13,6 +13,7 @@ import redis
 from sqlalchemy import Engine
 
 from backend.db.engine import SessionFactory, make_engine, make_session_factory
+from collapipe_core.workspace import Workspace
 from workers.dispatch_ledger import DispatchLedger
 from workers.redis_channel import RedisStreamChannel, make_channel
 from workers.settings import WorkerSettings, get_worker_settings
@@ -26,6 +27,7 @@ class WorkerContext:
     session_factory: SessionFactory
     channel: RedisStreamChannel
     ledger: DispatchLedger
+    workspace: Workspace
 
     def close(self) -> None:
         self.channel.close()
@@ -53,6 +55,7 @@ def worker_context() -> WorkerContext:
                 ttl_s=2 * settings.visibility_timeout_s,
                 prefix=settings.redis_key_prefix,
             ),
+            workspace=settings.workspace(),
         )
     return _context
 

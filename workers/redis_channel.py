@@ -81,7 +81,9 @@ redis.call('SET', KEYS[3], id)
 return id
 """
 MAX_EVENTS_PER_READ = 500
-_STREAM_ID = re.compile(r"\d+(-\d+)?")
+MAX_BLOCK_S = 30.0  # one XREAD BLOCK waits at most this long; the socket timeout is above it
+_STREAM_ID = re.compile(r"(\d{1,20})(?:-(\d{1,20}))?")
+_MAX_STREAM_PART = 2**64 - 1
 
 
 def run_stream(run_id: int, prefix: str = "") -> str:
@@ -98,8 +100,12 @@ def parse_stream_id(after: str | None) -> str:
     """The XREAD start id for ``after`` (None: the beginning); ValueError for anything not a stream id."""
     if after is None:
         return "0"
-    if not _STREAM_ID.fullmatch(after):
-        raise ValueError(f"event id {after!r} is not an id of this stream ('<milliseconds>-<sequence>')")
+    match = _STREAM_ID.fullmatch(after) if after.isascii() else None
+    if match is None or any(int(part) > _MAX_STREAM_PART for part in match.groups() if part is not None):
+        raise ValueError(
+            f"event id {after[:40]!r} is not an id of this stream ('<milliseconds>-<sequence>', each "
+            f"at most {_MAX_STREAM_PART})"
+        )
     return after
 
 
@@ -186,10 +192,12 @@ class RedisStreamChannel:
         loop = asyncio.get_running_loop()
         entry = self._async.get(loop)
         if entry is None:
-            # no socket timeout: XREAD BLOCK bounds every call; health checks catch dead connections
+            # redis-py's default 5 s socket timeout would cut a longer XREAD BLOCK mid-wait: the
+            # timeout is the longest block plus the usual margin
             client = aioredis.Redis.from_url(
                 self.redis_url,
                 decode_responses=True,
+                socket_timeout=MAX_BLOCK_S + self.socket_timeout_s,
                 socket_connect_timeout=self.socket_timeout_s,
                 retry=_retry(),
                 retry_on_error=[RedisConnectionError, RedisTimeoutError],
@@ -201,8 +209,10 @@ class RedisStreamChannel:
         return entry.client
 
     async def read(self, run_id: int | None, after: str | None, block_s: float) -> list[LiveEvent]:
-        """Events after id ``after`` in order, waiting up to ``block_s`` seconds for the first one."""
+        """Events after id ``after`` in order, waiting up to ``block_s`` seconds (at most MAX_BLOCK_S)
+        for the first one."""
         start = parse_stream_id(after)
+        block_s = min(block_s, MAX_BLOCK_S)
         block_ms = int(block_s * 1000) if block_s > 0 else None  # BLOCK 0 would wait forever
         if block_ms == 0:
             block_ms = 1
@@ -215,6 +225,9 @@ class RedisStreamChannel:
         """The id of the stream's latest event, ``"0"`` when it has none."""
         latest = await (await self._async_client()).xrevrange(self._stream_key(run_id), count=1)
         return str(latest[0][0]) if latest else "0"
+
+    def validate_id(self, after: str) -> None:
+        parse_stream_id(after)
 
     def _stream_key(self, run_id: int | None) -> str:
         return self.prefix + STATUS_STREAM if run_id is None else run_stream(run_id, self.prefix)

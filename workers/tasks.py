@@ -42,6 +42,7 @@ def run_experiment(self: Task, run_id: int) -> str:
             ctx.channel,
             claimant=claimant_name(task_id),
             artifact_dir=ctx.settings.artifact_dir,
+            workspace=ctx.workspace,
             lease_s=ctx.settings.lease_s,
         )
     finally:

@@ -83,3 +83,11 @@ def ping(engine: Engine) -> None:
     """Raise if the database does not answer."""
     with engine.connect() as connection:
         connection.execute(text("SELECT 1"))
+
+
+def pool_usage(engine: Engine) -> str:
+    """``"<in use> of <capacity> connections in use"`` for the readiness report."""
+    pool: Any = engine.pool
+    in_use = pool.checkedout() if hasattr(pool, "checkedout") else 0
+    capacity = pool.size() + max(pool._max_overflow, 0) if hasattr(pool, "size") else "?"
+    return f"{in_use} of {capacity} connections in use"

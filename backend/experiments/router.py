@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response, status
 
-from backend.deps import AdminUser, OperatorUser, SessionDep, ViewerUser
+from backend.deps import AdminUser, OperatorUser, SessionDep, ViewerUser, WorkspaceDep
 from backend.errors import ERROR_RESPONSES
 from backend.experiments import service
 from backend.experiments.schemas import (
@@ -30,8 +30,10 @@ def list_experiments(
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
-def create_experiment(body: ExperimentCreate, session: SessionDep, user: OperatorUser) -> ExperimentOut:
-    return ExperimentOut.model_validate(service.create(session, user, body))
+def create_experiment(
+    body: ExperimentCreate, session: SessionDep, user: OperatorUser, workspace: WorkspaceDep
+) -> ExperimentOut:
+    return ExperimentOut.model_validate(service.create(session, user, body, workspace))
 
 
 @router.get("/{experiment_id}")
@@ -41,9 +43,13 @@ def get_experiment(experiment_id: IdPath, session: SessionDep, _user: ViewerUser
 
 @router.patch("/{experiment_id}")
 def update_experiment(
-    experiment_id: IdPath, body: ExperimentUpdate, session: SessionDep, _user: OperatorUser
+    experiment_id: IdPath,
+    body: ExperimentUpdate,
+    session: SessionDep,
+    _user: OperatorUser,
+    workspace: WorkspaceDep,
 ) -> ExperimentOut:
-    return ExperimentOut.model_validate(service.update(session, experiment_id, body))
+    return ExperimentOut.model_validate(service.update(session, experiment_id, body, workspace))
 
 
 @router.post("/{experiment_id}/clone", status_code=status.HTTP_201_CREATED)

@@ -7,24 +7,25 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from backend.request_body import StrictBody
 from backend.text_input import StoredStr
 
 CONFIG_DOC = "experiment config (YAML/JSON document as an object); schema at GET /api/config/schema"
 
 
-class ExperimentCreate(BaseModel):
+class ExperimentCreate(StrictBody):
     name: StoredStr | None = Field(
         default=None, min_length=1, max_length=200, description="default: config.name"
     )
     config: dict[str, Any] = Field(description=CONFIG_DOC)
 
 
-class ExperimentUpdate(BaseModel):
+class ExperimentUpdate(StrictBody):
     name: StoredStr | None = Field(default=None, min_length=1, max_length=200)
     config: dict[str, Any] | None = Field(default=None, description=CONFIG_DOC)
 
 
-class ExperimentClone(BaseModel):
+class ExperimentClone(StrictBody):
     name: StoredStr | None = Field(
         default=None, min_length=1, max_length=200, description="default: '<name> (copy)'"
     )

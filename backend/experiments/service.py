@@ -10,6 +10,7 @@ from backend.db.models import Experiment, User
 from backend.errors import Conflict, NotFound
 from backend.experiments import repository as repo
 from backend.experiments.schemas import ExperimentCreate, ExperimentUpdate
+from collapipe_core.workspace import Workspace
 
 
 def get(session: Session, experiment_id: int) -> Experiment:
@@ -19,17 +20,17 @@ def get(session: Session, experiment_id: int) -> Experiment:
     return experiment
 
 
-def create(session: Session, owner: User, body: ExperimentCreate) -> Experiment:
-    config = validated_config(body.config)
+def create(session: Session, owner: User, body: ExperimentCreate, workspace: Workspace) -> Experiment:
+    config = validated_config(body.config, workspace)
     return repo.add(
         session, Experiment(name=body.name or config.name, config=normalized(config), owner_id=owner.id)
     )
 
 
-def update(session: Session, experiment_id: int, body: ExperimentUpdate) -> Experiment:
+def update(session: Session, experiment_id: int, body: ExperimentUpdate, workspace: Workspace) -> Experiment:
     experiment = get(session, experiment_id)
     if body.config is not None:
-        experiment.config = normalized(validated_config(body.config))
+        experiment.config = normalized(validated_config(body.config, workspace))
     if body.name is not None:
         experiment.name = body.name
     experiment.updated_at = utcnow()

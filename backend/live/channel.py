@@ -10,6 +10,8 @@ Semantics every implementation keeps (tests/backend/live/channel_contract.py che
   in publish order, waiting up to ``block_s`` seconds when there are none yet (an empty list then);
   a malformed ``after`` raises ValueError (before any waiting).
   ``run_id=None`` reads the all-runs status stream.
+- ``validate_id(after)`` raises ValueError unless ``after`` could be an id of this channel's streams
+  (well formed and in range; it need not exist).
 - ``head(run_id)`` is the id of the latest event (``"0"`` when there is none): a client that wants
   only new events starts reading after it.
 - Ids are opaque strings, increasing within a stream; SSE sends them as ``id:`` lines and a
@@ -42,6 +44,18 @@ from typing import Any, Protocol, runtime_checkable
 
 ROUND = "round"
 STATUS = "status"
+MAX_EVENT_ID = 2**63 - 1  # integer event ids (database rows, MemoryChannel) fit a BIGINT
+
+
+def parse_integer_id(after: str | None) -> int:
+    """An integer event id (``None``: 0, the start); ValueError naming the id for anything else."""
+    if after is None:
+        return 0
+    if not (after.isascii() and after.isdigit()) or len(after) > 19 or int(after) > MAX_EVENT_ID:
+        raise ValueError(
+            f"event id {after[:40]!r} is not an id of this stream (an integer from 0 to {MAX_EVENT_ID})"
+        )
+    return int(after)
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,8 @@ class LiveChannel(Protocol):
     async def read(self, run_id: int | None, after: str | None, block_s: float) -> list[LiveEvent]: ...
 
     async def head(self, run_id: int | None) -> str: ...
+
+    def validate_id(self, after: str) -> None: ...
 
     def close(self) -> None: ...
 
@@ -115,10 +131,11 @@ class MemoryChannel:
         with self._lock:
             return self._last_round.get(run_id, -1)
 
+    def validate_id(self, after: str) -> None:
+        parse_integer_id(after)
+
     def _after(self, run_id: int | None, after: str | None) -> list[LiveEvent]:
-        if after is not None and not after.isdigit():
-            raise ValueError(f"event id {after!r} is not an id of this stream (a non-negative integer)")
-        start = int(after) if after else 0
+        start = parse_integer_id(after)
         with self._lock:
             events = self._events[start:]
         if run_id is None:

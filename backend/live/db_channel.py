@@ -25,7 +25,7 @@ from sqlalchemy import func, select, text
 
 from backend.db.engine import SessionFactory
 from backend.db.models import RunEvent
-from backend.live.channel import STATUS, LiveEvent
+from backend.live.channel import STATUS, LiveEvent, parse_integer_id
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class DbEventChannel:
 
     def _after(self, run_id: int | None, after: str | None) -> tuple[list[LiveEvent], int]:
         """The events after ``after`` and the newest id of any run read just before them."""
-        query = select(RunEvent).where(RunEvent.id > _parse_id(after)).order_by(RunEvent.id)
+        query = select(RunEvent).where(RunEvent.id > parse_integer_id(after)).order_by(RunEvent.id)
         query = query.where(RunEvent.kind == STATUS if run_id is None else RunEvent.run_id == run_id)
         with self.session_factory() as session:
             latest = int(session.scalar(select(func.max(RunEvent.id))) or 0)
@@ -63,7 +63,7 @@ class DbEventChannel:
             return [LiveEvent(str(r.id), r.run_id, r.kind, r.data) for r in rows], latest
 
     async def read(self, run_id: int | None, after: str | None, block_s: float) -> list[LiveEvent]:
-        _parse_id(after)  # a malformed id fails before any waiting
+        parse_integer_id(after)  # a malformed id fails before any waiting
         deadline = time.monotonic() + block_s
         while True:
             events, latest = await to_thread.run_sync(self._after, run_id, after)
@@ -89,6 +89,9 @@ class DbEventChannel:
 
     async def head(self, run_id: int | None) -> str:
         return await to_thread.run_sync(self._head, run_id)
+
+    def validate_id(self, after: str) -> None:
+        parse_integer_id(after)
 
     def close(self) -> None:
         pass
@@ -137,12 +140,3 @@ class _Watcher:
                 self._changed.set()
                 self._changed = asyncio.Event()  # waiters hold the set one; later ones get a fresh one
             await asyncio.sleep(self._poll_interval_s)
-
-
-def _parse_id(after: str | None) -> int:
-    """Event ids of this channel are non-negative integers; raises ValueError naming the bad id."""
-    if after is None:
-        return 0
-    if not after.isdigit():
-        raise ValueError(f"event id {after!r} is not an id of this stream (a non-negative integer)")
-    return int(after)

@@ -1,10 +1,15 @@
 """SSE endpoints: GET /api/runs/{id}/events (one run) and GET /api/runs/events (all runs' status).
 
 ``id:`` lines carry the channel's event ids; a reconnecting client's ``Last-Event-ID`` header (or
-the ``last_event_id`` query parameter, for clients that cannot set headers) resumes after it. A
-browser ``EventSource`` authenticates with the session cookie. A run's stream ends after its
-terminal status; connecting to a finished run with nothing left to send answers 204, which tells
+the ``after`` query parameter, for clients that cannot set headers) resumes after it. A browser
+``EventSource`` authenticates with the session cookie. A run's stream ends after its terminal
+status; connecting to a finished run with nothing left to send answers 204, which tells
 ``EventSource`` to stop reconnecting.
+
+A stream holds no database connection while it waits: the caller and the run's status are read
+with short sessions of their own, and the caller is checked again every half heartbeat, so a
+revoked token, an ended session or a deleted user ends the stream (``event: revoked``) within one
+heartbeat.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from fastapi.responses import StreamingResponse
 
 from backend.db.engine import SessionFactory
 from backend.db.models import TERMINAL_STATUSES
-from backend.deps import ChannelDep, SettingsDep, ViewerUser
+from backend.deps import ChannelDep, SettingsDep, StreamViewer
 from backend.errors import ERROR_RESPONSES, InvalidInput, NotFound
 from backend.live.channel import LiveChannel
 from backend.live.sse import run_events, status_events
@@ -32,39 +37,37 @@ SSE_RESPONSE: dict[int | str, dict[str, Any]] = {
     204: {"description": "the run is finished and nothing is left to send"},
 }
 LastEventIdHeader = Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)]
-LastEventIdQuery = Annotated[str | None, Query(max_length=64, description="same as the Last-Event-ID header")]
+AfterQuery = Annotated[str | None, Query(max_length=64, description="same as the Last-Event-ID header")]
 
 
-def _resume_point(header: str | None, query: str | None) -> str | None:
-    return header if header is not None else query
-
-
-async def _checked(channel: LiveChannel, run_id: int | None, after: str | None) -> None:
+def _resume_point(channel: LiveChannel, header: str | None, query: str | None) -> str | None:
+    """The id to resume after (the header wins); 422 naming the parameter for an id of no stream."""
+    field, after = ("Last-Event-ID", header) if header is not None else ("after", query)
+    if after is None:
+        return None
     try:
-        await channel.read(run_id, after, 0.0)
+        channel.validate_id(after)
     except ValueError as err:
         raise InvalidInput(
-            str(err),
-            [{"field": "Last-Event-ID", "value": after, "message": "not an event id of this stream"}],
+            str(err), [{"field": field, "value": after, "message": "not an event id of this stream"}]
         ) from None
+    return after
 
 
 @router.get("/events", response_class=StreamingResponse, responses=SSE_RESPONSE)
 async def all_runs_events(
-    request: Request,
     channel: ChannelDep,
     settings: SettingsDep,
-    _user: ViewerUser,
+    access: StreamViewer,
     last_event_id: LastEventIdHeader = None,
-    after: LastEventIdQuery = None,
+    after: AfterQuery = None,
 ) -> StreamingResponse:
     """Status changes of every run (``event: status``), from now or after Last-Event-ID."""
-    start = _resume_point(last_event_id, after)
-    await _checked(channel, None, start)
+    start = _resume_point(channel, last_event_id, after)
     if start is None:
         start = await channel.head(None)
     return StreamingResponse(
-        status_events(channel, start, settings.sse_heartbeat_s),
+        status_events(channel, start, settings.sse_heartbeat_s, access.allowed),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )
@@ -76,9 +79,9 @@ async def one_run_events(
     request: Request,
     channel: ChannelDep,
     settings: SettingsDep,
-    _user: ViewerUser,
+    access: StreamViewer,
     last_event_id: LastEventIdHeader = None,
-    after: LastEventIdQuery = None,
+    after: AfterQuery = None,
 ) -> Response:
     """The run's ``round`` and ``status`` events from the start (or after Last-Event-ID)."""
     factory: SessionFactory = request.app.state.session_factory
@@ -89,13 +92,11 @@ async def one_run_events(
 
     if await to_thread.run_sync(_status, factory, run_id) is None:
         raise NotFound(f"no run with id {run_id}")
-    start = _resume_point(last_event_id, after)
-    await _checked(channel, run_id, start)
-
+    start = _resume_point(channel, last_event_id, after)
     if await is_finished() and await channel.head(run_id) == (start or "0"):
         return Response(status_code=204)
     return StreamingResponse(
-        run_events(channel, run_id, start, settings.sse_heartbeat_s, is_finished),
+        run_events(channel, run_id, start, settings.sse_heartbeat_s, is_finished, access.allowed),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )

@@ -1,8 +1,15 @@
-"""Server-Sent Events framing and the two event loops (one run; all runs' status changes)."""
+"""Server-Sent Events framing and the two event loops (one run; all runs' status changes).
+
+Both loops wait at most half a heartbeat per read: a read that brings nothing sends a keep-alive
+comment (proxies and browsers keep an idle stream open), and the caller's access is checked again
+whenever half a heartbeat has passed since the last check, so a revoked caller's stream ends within
+one heartbeat with an ``event: revoked``.
+"""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from backend.db.models import TERMINAL_STATUSES
@@ -10,6 +17,11 @@ from backend.live.channel import STATUS, LiveChannel, LiveEvent
 
 RETRY_MS = 2000
 FINAL_GRACE_S = 1.0  # after the DB says finished, wait this long for the terminal event to be published
+REVOKED = (
+    'event: revoked\ndata: {"message": "your access ended (token revoked, logged out or role changed)"}\n\n'
+)
+
+Check = Callable[[], Awaitable[bool]]
 
 
 def frame(event: LiveEvent) -> str:
@@ -21,17 +33,37 @@ def _is_terminal(event: LiveEvent) -> bool:
     return event.kind == STATUS and event.data.get("status") in TERMINAL_STATUSES
 
 
+class _Access:
+    """Checks the caller again once half a heartbeat has passed since the last check."""
+
+    def __init__(self, allowed: Check, heartbeat_s: float) -> None:
+        self._allowed = allowed
+        self._period_s = heartbeat_s / 2
+        self._checked_at = time.monotonic()
+
+    async def ended(self) -> bool:
+        if time.monotonic() - self._checked_at < self._period_s:
+            return False
+        self._checked_at = time.monotonic()
+        return not await self._allowed()
+
+
 async def run_events(
     channel: LiveChannel,
     run_id: int,
     after: str | None,
     heartbeat_s: float,
     is_finished: Callable[[], Awaitable[bool]],
+    allowed: Check,
 ) -> AsyncIterator[str]:
     """A run's events after ``after``; ends after the run's last terminal status event."""
     yield f"retry: {RETRY_MS}\n\n"
+    access = _Access(allowed, heartbeat_s)
     while True:
-        events = await channel.read(run_id, after, heartbeat_s)
+        if await access.ended():
+            yield REVOKED
+            return
+        events = await channel.read(run_id, after, heartbeat_s / 2)
         if not events:
             if await is_finished():
                 events = await channel.read(run_id, after, FINAL_GRACE_S)
@@ -48,11 +80,17 @@ async def run_events(
             return
 
 
-async def status_events(channel: LiveChannel, after: str, heartbeat_s: float) -> AsyncIterator[str]:
-    """Every run's status changes after ``after``, forever (heartbeat comments while idle)."""
+async def status_events(
+    channel: LiveChannel, after: str, heartbeat_s: float, allowed: Check
+) -> AsyncIterator[str]:
+    """Every run's status changes after ``after``, until the caller's access ends."""
     yield f"retry: {RETRY_MS}\n\n"
+    access = _Access(allowed, heartbeat_s)
     while True:
-        events = await channel.read(None, after, heartbeat_s)
+        if await access.ended():
+            yield REVOKED
+            return
+        events = await channel.read(None, after, heartbeat_s / 2)
         if not events:
             yield ": keepalive\n\n"
         for event in events:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
-from backend.deps import SeriesCacheDep, SessionDep, ViewerUser, run_and_commit
+from backend.deps import SeriesCacheDep, SessionDep, ViewerUser, WorkspaceDep, run_and_commit
 from backend.errors import ERROR_RESPONSES
 from backend.json_response import JSON_MEDIA_TYPE
 from backend.metrics import compare as comparing
@@ -90,11 +90,12 @@ def round_timeline(
     run_id: IdPath,
     session: SessionDep,
     _user: ViewerUser,
+    workspace: WorkspaceDep,
     round: Annotated[int, Query(ge=0, le=MAX_ID)],
     cluster: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
 ) -> TimelineOut:
     """The discrete-event pipeline timeline (Gantt) of one cluster's iteration in a stored round."""
-    return timeline(session, runs.get(session, run_id), round, cluster)
+    return timeline(session, runs.get(session, run_id), round, cluster, workspace)
 
 
 EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {

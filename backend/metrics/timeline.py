@@ -15,10 +15,12 @@ from backend.errors import InvalidInput, NotFound
 from backend.metrics import repository as repo
 from backend.metrics.schemas import TimelineEventOut, TimelineOut
 from backend.runs.segments import config_at, plan_segments
+from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel.chain import cluster_timeline
 from collapipe_core.data import vocab_sizes
 from collapipe_core.decision import Decision
-from collapipe_core.state import build_environment, observe
+from collapipe_core.state import build_environment, load_device_trace, observe
+from collapipe_core.workspace import FileRefused, Workspace
 
 
 def _invalid(field: str, value: int, message: str) -> InvalidInput:
@@ -27,18 +29,27 @@ def _invalid(field: str, value: int, message: str) -> InvalidInput:
     )
 
 
-def timeline(session: Session, run: Run, round_index: int, cluster: int) -> TimelineOut:
+def timeline(session: Session, run: Run, round_index: int, cluster: int, workspace: Workspace) -> TimelineOut:
     record = repo.round_record(session, run.id, round_index)
     if record is None:
         raise NotFound(f"run {run.id} has no stored round {round_index} (it has {run.rounds_done} rounds)")
-    segments = plan_segments(run.config, list(run.replay_configs or []), run.total_rounds)
+    segments = plan_segments(
+        run.config, list(run.replay_configs or []), run.total_rounds, ExperimentConfig.model_validate
+    )
     config = config_at(segments, round_index)
     if not 0 <= cluster < config.network.num_clusters:
         raise _invalid("cluster", cluster, f"must be in 0..{config.network.num_clusters - 1}")
     decision = Decision.from_json(record["decision"])
     if decision.mode != "pipeline":
         raise _invalid("round", round_index, f"used mode {decision.mode!r}: no pipeline to draw")
-    env = build_environment(config, *vocab_sizes(config))
+    try:
+        trace = load_device_trace(config, workspace)
+    except FileRefused as err:
+        raise InvalidInput(
+            f"cannot rebuild round {round_index}: {err}",
+            [{"field": err.field, "value": err.value, "message": err.message}],
+        ) from None
+    env = build_environment(config, *vocab_sizes(config), trace)
     queues = np.zeros(env.scenario.shape)
     for row in repo.device_rows(session, run.id, round_index):
         queues[row.cluster, row.device] = row.queue

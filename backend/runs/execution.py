@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +32,8 @@ from backend.runs import lease_repository as leases
 from backend.runs.segments import checkpoint_round, plan_segments, relabel_checkpoint
 from backend.runs.sink import LeaseLost, SqlRoundSink
 from collapipe_core.runner import Runner
+from collapipe_core.validation import ConfigError, parse_config
+from collapipe_core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +51,13 @@ def execute_run(
     *,
     claimant: str,
     artifact_dir: Path,
+    workspace: Workspace,
     lease_s: float = 60.0,
 ) -> Outcome:
-    """Claim run ``run_id`` and run it to the end (or cancel/failure); returns what happened."""
+    """Claim run ``run_id`` and run it to the end (or cancel/failure); returns what happened.
+
+    The run's configs are checked again in this process's ``workspace``: a worker without a policy or
+    a file the config names fails the run with a message naming it."""
     with session_factory() as session:
         claimed = leases.claim_run(session, run_id, claimant, utcnow(), lease_s)
         session.commit()
@@ -76,13 +83,18 @@ def execute_run(
         else:
             directory = checkpoint_dir_for(artifact_dir, run_id)
             _reconcile_checkpoint(directory, claimed.rounds_done)
-            finished = _run_segments(claimed, sink, directory, should_stop)
+            finished = _run_segments(claimed, sink, directory, should_stop, workspace)
             if keeper.lost.is_set():
                 raise LeaseLost(f"run {run_id}: lease of {claimant!r} was taken over")
             status = "succeeded" if finished else "cancelled"
     except LeaseLost:
         log.warning("run %s: lease lost by %s; stopping without further writes", run_id, claimant)
         return "lease_lost"
+    except ConfigError as err:
+        status = "failed"
+        problems = "; ".join(str(p) for p in err.problems)
+        error = f"the worker on {socket.gethostname()} cannot run this config: {problems}"
+        log.error("run %s: %s", run_id, error)
     except Exception as err:
         log.exception("run %s failed", run_id)
         status, error = "failed", f"{type(err).__name__}: {err}"
@@ -100,14 +112,21 @@ def execute_run(
 
 
 def _run_segments(
-    claimed: leases.ClaimedRun, sink: SqlRoundSink, directory: Path, should_stop: Callable[[], bool]
+    claimed: leases.ClaimedRun,
+    sink: SqlRoundSink,
+    directory: Path,
+    should_stop: Callable[[], bool],
+    workspace: Workspace,
 ) -> bool:
     """Run every segment from the checkpoint on; True when all rounds are done, False when stopped."""
-    for segment in plan_segments(claimed.config, claimed.replay_configs, claimed.total_rounds):
+    segments = plan_segments(
+        claimed.config, claimed.replay_configs, claimed.total_rounds, lambda c: parse_config(c, workspace)
+    )
+    for segment in segments:
         if checkpoint_round(directory) >= segment.end_round:
             continue
         relabel_checkpoint(directory, segment)
-        runner = Runner(segment.config, sink, checkpoint_dir=directory)
+        runner = Runner(segment.config, sink, checkpoint_dir=directory, workspace=workspace)
         start = runner.resume()
         runner.run(max_rounds=segment.end_round - start, should_stop=should_stop)
         if runner.next_round < segment.end_round:

@@ -34,6 +34,7 @@ from backend.db.engine import SessionFactory
 from backend.live.channel import STATUS, LiveChannel, status_payload
 from backend.runs import lease_repository as leases
 from backend.settings import Settings
+from collapipe_core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ def run_child(
     lease_s: float,
     threads: int,
     poll_interval_s: float,
+    workspace: Workspace,
 ) -> None:
     """Entry point of a run's process (module-level so ``spawn`` can import it)."""
     import torch
@@ -66,7 +68,13 @@ def run_child(
         factory = make_session_factory(engine)
         channel = DbEventChannel(factory, poll_interval_s)
         execute_run(
-            run_id, factory, channel, claimant=claimant, artifact_dir=Path(artifact_dir), lease_s=lease_s
+            run_id,
+            factory,
+            channel,
+            claimant=claimant,
+            artifact_dir=Path(artifact_dir),
+            workspace=workspace,
+            lease_s=lease_s,
         )
     finally:
         engine.dispose()
@@ -149,6 +157,7 @@ class LocalDispatcher:
                 s.lease_s,
                 self.threads_per_run,
                 s.sse_poll_interval_s,
+                s.workspace(),
             ),
             name=f"collapipe-run-{run_id}",
         )

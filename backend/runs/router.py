@@ -14,6 +14,7 @@ from backend.deps import (
     SessionDep,
     SettingsDep,
     ViewerUser,
+    WorkspaceDep,
     run_and_commit,
 )
 from backend.errors import ERROR_RESPONSES, ErrorResponse
@@ -31,10 +32,15 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 def create_run(
-    body: RunCreate, session: SessionDep, user: OperatorUser, channel: ChannelDep, dispatcher: DispatcherDep
+    body: RunCreate,
+    session: SessionDep,
+    user: OperatorUser,
+    channel: ChannelDep,
+    dispatcher: DispatcherDep,
+    workspace: WorkspaceDep,
 ) -> RunDetail:
     """Validate the config, store the run as queued; it is dispatched once this request commits."""
-    return RunDetail.model_validate(service.create(session, user, body, channel, dispatcher))
+    return RunDetail.model_validate(service.create(session, user, body, channel, dispatcher, workspace))
 
 
 @router.get("", response_model=RunPage)
@@ -82,9 +88,10 @@ def fork_run(
     user: OperatorUser,
     channel: ChannelDep,
     dispatcher: DispatcherDep,
+    workspace: WorkspaceDep,
 ) -> RunDetail:
     """A new run starting from this run's state at round k, with another policy, V or segments."""
-    return RunDetail.model_validate(service.fork(session, user, run_id, body, channel, dispatcher))
+    return RunDetail.model_validate(service.fork(session, user, run_id, body, channel, dispatcher, workspace))
 
 
 @router.delete("/{run_id}", status_code=status.HTTP_204_NO_CONTENT, responses=CONFLICT)

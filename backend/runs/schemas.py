@@ -8,13 +8,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backend.params import MAX_ID
+from backend.request_body import Integral, StrictBody
 from backend.text_input import StoredStr
 
 RunStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
-class RunCreate(BaseModel):
-    experiment_id: int | None = Field(default=None, ge=1, le=MAX_ID, description="launch a saved experiment")
+class RunCreate(StrictBody):
+    experiment_id: Integral | None = Field(
+        default=None, ge=1, le=MAX_ID, description="launch a saved experiment"
+    )
     config: dict[str, Any] | None = Field(
         default=None, description="or an inline experiment config; schema at GET /api/config/schema"
     )
@@ -29,13 +32,15 @@ class RunCreate(BaseModel):
         return self
 
 
-class RunFork(BaseModel):
-    round: int = Field(ge=0, le=MAX_ID, description="k: the fork starts from the parent's state at round k")
+class RunFork(StrictBody):
+    round: Integral = Field(
+        ge=0, le=MAX_ID, description="k: the fork starts from the parent's state at round k"
+    )
     policy: StoredStr | None = Field(
         default=None, min_length=1, max_length=200, description="policy from round k"
     )
     V: float | None = Field(default=None, ge=0, le=1e12, description="Lyapunov V from round k")
-    segments: list[int] | None = Field(
+    segments: list[Integral] | None = Field(
         default=None, max_length=1000, description="TEBs per device (policy 'fixed') from round k"
     )
 

@@ -12,13 +12,13 @@ policy/V switch changes neither the weights nor the optimizer state it carries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from collapipe_core.checkpoint import config_fingerprint, load_checkpoint, save_checkpoint
 from collapipe_core.config import ExperimentConfig
-from collapipe_core.validation import parse_config
 
 
 @dataclass(frozen=True)
@@ -28,17 +28,22 @@ class Segment:
     end_round: int  # exclusive
 
 
+ConfigParser = Callable[[dict[str, Any]], ExperimentConfig]
+
+
 def plan_segments(
-    config: dict[str, Any], replay_configs: list[dict[str, Any]], total_rounds: int
+    config: dict[str, Any], replay_configs: list[dict[str, Any]], total_rounds: int, parse: ConfigParser
 ) -> list[Segment]:
+    """The run's segments; ``parse`` reads each stored config (a worker checks it again in its own
+    workspace, so a policy or file missing there fails the run; a reader of stored rounds only parses)."""
     segments = []
     start = 0
     for entry in replay_configs:
         end = int(entry["until_round"])
         if end > start:
-            segments.append(Segment(parse_config(entry["config"]), start, end))
+            segments.append(Segment(parse(entry["config"]), start, end))
         start = max(start, end)
-    segments.append(Segment(parse_config(config), start, total_rounds))
+    segments.append(Segment(parse(config), start, total_rounds))
     return segments
 
 

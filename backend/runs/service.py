@@ -26,6 +26,7 @@ from backend.runs.dispatch import RunDispatcher
 from backend.runs.execution import checkpoint_dir_for
 from backend.runs.schemas import RunCreate, RunFork
 from collapipe_core.config import ExperimentConfig
+from collapipe_core.workspace import Workspace
 
 
 def get(session: Session, run_id: int) -> Run:
@@ -73,15 +74,20 @@ def _new_run(owner: User, config: ExperimentConfig, name: str | None, **extra: A
 
 
 def create(
-    session: Session, owner: User, body: RunCreate, channel: LiveChannel, dispatcher: RunDispatcher
+    session: Session,
+    owner: User,
+    body: RunCreate,
+    channel: LiveChannel,
+    dispatcher: RunDispatcher,
+    workspace: Workspace,
 ) -> Run:
     if body.experiment_id is not None:
         experiment = experiments.get(session, body.experiment_id)
-        config = validated_config(experiment.config, field="experiment.config")
+        config = validated_config(experiment.config, workspace, field="experiment.config")
         run = _new_run(owner, config, body.name or experiment.name, experiment_id=experiment.id)
     else:
         assert body.config is not None  # RunCreate guarantees one source
-        run = _new_run(owner, validated_config(body.config), body.name)
+        run = _new_run(owner, validated_config(body.config, workspace), body.name)
     repo.add(session, run)
     _announce(session, run, channel, dispatcher)
     return run
@@ -110,7 +116,13 @@ def resume(session: Session, run_id: int, channel: LiveChannel, dispatcher: RunD
 
 
 def fork(
-    session: Session, owner: User, run_id: int, body: RunFork, channel: LiveChannel, dispatcher: RunDispatcher
+    session: Session,
+    owner: User,
+    run_id: int,
+    body: RunFork,
+    channel: LiveChannel,
+    dispatcher: RunDispatcher,
+    workspace: Workspace,
 ) -> Run:
     """A new run that starts from the parent's state at round k and switches policy/V from k on."""
     parent = get(session, run_id)
@@ -128,7 +140,7 @@ def fork(
         if value is not None:
             scheduler[key] = value
     data["scheduler"] = scheduler
-    config = validated_config(data, field="config")
+    config = validated_config(data, workspace, field="config")
     replay = [
         {"until_round": min(int(e["until_round"]), k), "config": e["config"]}
         for e in parent.replay_configs or []

@@ -8,13 +8,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from backend.params import MAX_ID
+from backend.request_body import Integral, StrictBody
 from backend.text_input import StoredStr
 
 Role = Literal["viewer", "operator", "admin"]
 USERNAME_PATTERN = r"^[A-Za-z0-9_.@-]{1,64}$"
 
 
-class LoginIn(BaseModel):
+class LoginIn(StrictBody):
     username: StoredStr = Field(min_length=1, max_length=64)
     password: str = Field(min_length=1, max_length=1024)
 
@@ -29,25 +30,25 @@ class UserOut(BaseModel):
     created_at: datetime
 
 
-class UserCreate(BaseModel):
+class UserCreate(StrictBody):
     username: str = Field(pattern=USERNAME_PATTERN, description="letters, digits and _ . @ -")
     password: str = Field(min_length=8, max_length=1024)
     role: Role = "viewer"
 
 
-class UserUpdate(BaseModel):
+class UserUpdate(StrictBody):
     role: Role | None = None
     password: str | None = Field(default=None, min_length=8, max_length=1024)
 
 
-class PasswordChange(BaseModel):
+class PasswordChange(StrictBody):
     current_password: str = Field(min_length=1, max_length=1024)
     new_password: str = Field(min_length=8, max_length=1024)
 
 
-class TokenCreate(BaseModel):
+class TokenCreate(StrictBody):
     name: StoredStr = Field(min_length=1, max_length=100)
-    user_id: int | None = Field(
+    user_id: Integral | None = Field(
         default=None, ge=1, le=MAX_ID, description="owner of the token (default: yourself)"
     )
 

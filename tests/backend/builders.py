@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
+
+from collapipe_core.scheduler import PolicyRegistry
+from collapipe_core.workspace import Workspace
+
+SLOW_POLICY = "slow-uniform"
+TEST_POLICIES = {SLOW_POLICY: "tests.backend.slow_policy:SlowUniform"}
+"""Policies the test deployments register (COLLAPIPE_POLICIES), as an operator would."""
 
 TINY_CONFIG: dict[str, Any] = {
     "name": "tiny",
@@ -22,6 +30,13 @@ TINY_CONFIG: dict[str, Any] = {
     "training": {"rounds": 5, "local_iterations": 2, "microbatch_size": 4, "lr": 0.01},
     "scheduler": {"policy": "uniform", "num_microbatches": 2, "max_microbatches": 4},
 }
+
+
+def service_workspace(data_dir: Path) -> Workspace:
+    """A service's workspace (files from ``data_dir``, the test policies registered, no memory limit)."""
+    return Workspace.service(
+        data_dir, PolicyRegistry(TEST_POLICIES), max_file_bytes=2**20, memory_limit_bytes=None
+    )
 
 
 def tiny_config(**sections: Any) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from backend.db.engine import make_engine, make_session_factory
 from backend.db.models import ApiToken, User
 from backend.settings import Settings
 from backend.users.security import hash_password, hash_secret
+from tests.backend.builders import TEST_POLICIES
 from tests.backend.client import SyncClient
 from tests.backend.databases import postgres_database, sqlite_url
 from tests.backend.deployments import (
@@ -109,6 +110,8 @@ def settings(deployment: str, database_url: str, tmp_path: Path, request: pytest
         "lease_s": LEASE_S,
         "max_parallel_runs": 2,
         "threads_per_run": 1,
+        "policies": TEST_POLICIES,
+        "data_dir": tmp_path / "data",
         "_env_file": None,
     }
     if deployment == EMBEDDED:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -31,6 +32,7 @@ from sqlalchemy import text
 from backend.db.engine import make_engine
 from backend.runs.dispatch import RunDispatcher, make_celery_dispatcher
 from backend.runs.local_runner import LocalDispatcher
+from tests.backend.builders import TEST_POLICIES
 from tests.deployment_params import EMBEDDED
 from tests.integration.processes import REPO, ProcessGroup, Service, wait_until
 from tests.workers.services import delete_keys, fresh_postgres_database, redis_namespace, truncate_all
@@ -94,7 +96,8 @@ def worker_env(stack_database_url: str, redis_url: str, prefix: str, artifact_di
         "COLLAPIPE_LEASE_S": str(LEASE_S),
         "COLLAPIPE_THREADS_PER_RUN": "1",
         "OMP_NUM_THREADS": "1",
-        # test policies (tests.backend.slow_policy) are imported by path inside the worker
+        # the test policies are registered as an operator would, and importable in the worker
+        "COLLAPIPE_POLICIES": json.dumps(TEST_POLICIES),
         "PYTHONPATH": str(REPO),
     }
 

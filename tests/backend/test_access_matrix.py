@@ -84,7 +84,15 @@ def ids(api: Api, tmp_path: Path) -> dict[str, int]:
     ]
     run = api.client.post("/api/runs", json={"config": tiny_config()}, headers=operator).json()["id"]
     channel = DbEventChannel(api.session_factory)  # the stored terminal event makes its SSE answer 204
-    assert execute_run(run, api.session_factory, channel, claimant="t", artifact_dir=tmp_path) == "succeeded"
+    outcome = execute_run(
+        run,
+        api.session_factory,
+        channel,
+        claimant="t",
+        artifact_dir=tmp_path,
+        workspace=api.app.state.workspace,
+    )
+    assert outcome == "succeeded"
     user = api.client.post(
         "/api/users", json={"username": "victim", "password": "long enough"}, headers=admin
     ).json()["id"]

@@ -29,7 +29,14 @@ def test_prometheus_metrics(api: Api, tmp_path: Path) -> None:
         "id"
     ]
     api.client.post("/api/runs", json={"config": tiny_config()}, headers=api.as_("operator"))
-    execute_run(run, api.session_factory, MemoryChannel(), claimant="t", artifact_dir=tmp_path)
+    execute_run(
+        run,
+        api.session_factory,
+        MemoryChannel(),
+        claimant="t",
+        artifact_dir=tmp_path,
+        workspace=api.app.state.workspace,
+    )
     api.client.get("/api/runs/999", headers=api.as_("viewer"))
     text = api.client.get("/metrics").text
     assert 'collapipe_runs{status="succeeded"} 1.0' in text and 'collapipe_runs{status="queued"} 1.0' in text

@@ -29,7 +29,7 @@ from backend.db.models import ApiToken, Experiment, User
 from backend.live.db_channel import DbEventChannel
 from backend.runs.execution import execute_run
 from backend.users.security import hash_password, hash_secret
-from tests.backend.builders import insert_run, tiny_config
+from tests.backend.builders import insert_run, service_workspace, tiny_config
 from tests.backend.conftest import RecordingDispatcher
 from tests.backend.live_server import serve
 
@@ -64,7 +64,14 @@ def _seed(factory: sessionmaker[Session], artifact_dir: Path) -> None:
         session.commit()
     run_id = insert_run(factory, experiment_id=1, owner_id=1)
     assert (
-        execute_run(run_id, factory, DbEventChannel(factory), claimant="seed", artifact_dir=artifact_dir)
+        execute_run(
+            run_id,
+            factory,
+            DbEventChannel(factory),
+            claimant="seed",
+            artifact_dir=artifact_dir,
+            workspace=service_workspace(artifact_dir / "data"),
+        )
         == "succeeded"
     )
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from collapipe_core.network import build_scenario, channel_gains, load_trace
-from collapipe_core.state import build_environment, observe
+from collapipe_core.network import TraceError, build_scenario, channel_gains, parse_trace
+from collapipe_core.state import build_environment, load_device_trace, observe
+from collapipe_core.workspace import Workspace
 from tests.core.builders import tiny_config
 
 
@@ -53,21 +54,47 @@ def test_csv_trace_sets_speed_and_availability_and_wraps(tmp_path: Path) -> None
     trace = tmp_path / "trace.csv"
     trace.write_text("round,cluster,device,speed_factor,available\n0,0,1,0.5,1\n1,1,2,1.0,0\n")
     config = tiny_config(network={"trace_file": str(trace)})
-    env = build_environment(config, 40, 2)
+    env = build_environment(config, 40, 2, load_device_trace(config, Workspace.local()))
     s0, s1, s2 = observe(env, 0), observe(env, 1), observe(env, 2)
     assert s0.speed_factor[0, 1] == 0.5 and s0.available.all()
     assert not s1.available[1, 2] and s1.speed_factor[0, 1] == 1.0
     assert s2.speed_factor[0, 1] == 0.5  # round 2 wraps to trace row 0
 
 
-def test_bad_trace_rows_are_named(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.csv"
-    bad.write_text("round,cluster,device,speed_factor\n0,5,0,1.0\n")
-    with pytest.raises(ValueError, match=r"row 1: .*cluster 5.* outside the network"):
-        load_trace(bad, 2, 3)
-    bad.write_text("round,cluster,device,speed_factor\n0,0,0,-1\n")
-    with pytest.raises(ValueError, match="speed_factor must be > 0"):
-        load_trace(bad, 2, 3)
-    json_trace = tmp_path / "t.json"
-    json_trace.write_text('{"rows": [{"round": 0, "cluster": 1, "device": 0, "available": false}]}')
-    assert not load_trace(json_trace, 2, 3).available[0, 1, 0]
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("round,cluster,device,speed_factor\n0,5,0,1.0\n", r"row 2, column 'cluster': 5 is outside 0..1"),
+        ("round,cluster,device,speed_factor\n0,0,0,1\n0,0,1,-1\n", r"row 3, column 'speed_factor': .*> 0"),
+        ("round,cluster,device,speed_factor\n0,0,0,fast\n", r"row 2, column 'speed_factor': not a number"),
+        (
+            "round,cluster,device,speed_factor\n0,0,0,nan\n",
+            r"row 2, column 'speed_factor': must be a finite number",
+        ),
+        ("round,cluster,device\nzero,0,0\n", r"row 2, column 'round': not a whole number"),
+        ("round,cluster\n0,0\n", r"row 2, column 'device': missing"),
+        ("round,cluster,device,available\n0,0,0,maybe\n", r"row 2, column 'available'"),
+        ("round,cluster,device\n3999999,0,0\n", r"row 2, column 'round': .*more than 4,000,000 cells"),
+        ("", r"the trace is empty"),
+        ("round,cluster,device\n", r"the trace has no rows"),
+    ],
+)
+def test_bad_csv_traces_name_the_row_and_column_not_the_content(text: str, where: str) -> None:
+    with pytest.raises(TraceError, match=where) as caught:
+        parse_trace(text, False, 2, 3)
+    assert "fast" not in str(caught.value) and "maybe" not in str(caught.value)
+
+
+def test_json_traces_take_rows_of_objects() -> None:
+    trace = parse_trace('{"rows": [{"round": 0, "cluster": 1, "device": 0, "available": false}]}', True, 2, 3)
+    assert not trace.available[0, 1, 0]
+    assert (
+        parse_trace('[{"round": 1, "cluster": 0, "device": 2, "speed_factor": 2}]', True, 2, 3).num_rounds
+        == 2
+    )
+    with pytest.raises(TraceError, match="row 2: each row must be an object"):
+        parse_trace('[{"round": 0, "cluster": 0, "device": 0}, 7]', True, 2, 3)
+    with pytest.raises(TraceError, match=r"column 'device': not a whole number"):
+        parse_trace('[{"round": 0, "cluster": 0, "device": true}]', True, 2, 3)
+    with pytest.raises(TraceError, match="not valid JSON"):
+        parse_trace("[" * 100_000, True, 2, 3)

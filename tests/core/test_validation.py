@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
+from collapipe_core.scheduler import PolicyRegistry
 from collapipe_core.validation import ConfigError, load_config, parse_config
+from collapipe_core.workspace import Workspace
 from tests.core.builders import tiny_config
 
 
@@ -31,7 +33,7 @@ BAD = [
     ("network.devices_per_cluster", 0, "greater than or equal to 1"),
     ("scheduler.segments", [2, 1, 1, 1], "one entry per device"),
     ("scheduler.segments", [3, 2, 1], "sum to model.num_encoder_blocks = 4"),
-    ("scheduler.policy", "best-guess", "unknown policy 'best-guess'"),
+    ("scheduler.policy", "best-guess", "policy 'best-guess' is not registered"),
     ("data.dataset", "imagenet", "unknown dataset"),
     ("training.microbatch_size", 1000, "larger than a cluster's data"),
     ("model.num_heads", 3, "must divide d_model"),
@@ -42,6 +44,17 @@ BAD = [
     ("data.dataset", "cmudict", "seq2seq dataset but model.kind is classifier"),
     ("model.colour", "blue", "unknown field"),
     ("scheduler.num_microbatches", 40, "M·b = 160 exceeds a cluster's data"),
+    # strict types: what a YAML or JSON file says is what it means
+    ("training.rounds", True, "valid integer"),
+    ("training.rounds", 2.5, "a whole number, not 2.5"),
+    ("training.rounds", "3", "numbers are never text"),
+    ("channel.bandwidth_hz", "4.0e9", "write 4.0e+9"),
+    ("channel.bandwidth_hz", float("nan"), "finite number"),
+    ("channel.bandwidth_hz", float("inf"), "finite number"),
+    ("channel.rayleigh_fading", 1, "valid boolean"),
+    ("channel.rayleigh_fading", "yes", "valid boolean"),
+    ("seed", 2**70, "less than or equal to"),
+    ("name", "n" * 5000, "at most 200 characters"),
 ]
 
 
@@ -100,3 +113,49 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
 def test_shipped_examples_are_valid(name: str) -> None:
     config = load_config(Path(__file__).parents[2] / "examples" / f"{name}.yaml")
     assert config.name
+
+
+def test_integral_numbers_are_integers() -> None:
+    config = parse_config(_with("training.rounds", 3.0))
+    assert config.training.rounds == 3 and isinstance(config.training.rounds, int)
+
+
+def test_a_long_bad_value_is_quoted_by_a_short_prefix() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(_with("scheduler.policy", "p" * 100_000))
+    detail = info.value.problems[0].to_json()
+    assert len(detail["value"]) < 100 and len(detail["message"]) < 1000 and len(str(info.value)) < 2000
+
+
+def test_a_run_bigger_than_a_worker_may_hold_is_refused_naming_the_model() -> None:
+    data = _with("model.d_model", 512)
+    data["model"]["ffn_dim"] = 2048
+    data["network"]["memory_bytes"] = {"low": 4.0e9, "high": 8.0e9}
+    workspace = Workspace(memory_limit_bytes=600 * 2**20)
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, workspace)
+    problem = info.value.problems[0]
+    assert problem.field == "model" and "model.d_model = 512" in problem.message
+    assert "COLLAPIPE_WORKER_MEMORY_BYTES" in problem.message
+    assert parse_config(data)  # the local CLI sets no limit
+    data["executor"] = "analytic"  # nothing is allocated on the worker
+    assert parse_config(data, workspace)
+
+
+def test_a_trace_is_read_and_checked_in_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "t.csv").write_text("round,cluster,device,speed_factor\n0,0,0,oops\n")
+    service = Workspace.service(tmp_path, PolicyRegistry(), max_file_bytes=10_000, memory_limit_bytes=None)
+    with pytest.raises(ConfigError) as info:
+        parse_config(_with("network.trace_file", "t.csv"), service)
+    assert info.value.problems[0].field == "network.trace_file"
+    assert "row 2, column 'speed_factor': not a number" in info.value.problems[0].message
+    with pytest.raises(ConfigError, match=r"no file named 'nope\.csv' in the data directory"):
+        parse_config(_with("network.trace_file", "nope.csv"), service)
+    with pytest.raises(ConfigError, match="relative to the data directory"):
+        parse_config(_with("network.trace_file", str(tmp_path / "t.csv")), service)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "examples").glob("*.yaml")), ids=str)
+def test_examples_read_by_any_yaml_loader_are_valid(path: Path) -> None:
+    """PyYAML (YAML 1.1) reads 4.0e9 as text; the examples write numbers every loader reads as numbers."""
+    assert parse_config(yaml.safe_load(path.read_text()))

@@ -23,6 +23,7 @@ from collapipe_core.records import RoundResult
 from collapipe_core.runner import Runner
 from collapipe_core.sinks import MemorySink
 from collapipe_core.validation import parse_config
+from tests.backend.builders import service_workspace
 from tests.workers.builders import add_run, config_json
 from workers.redis_channel import RedisStreamChannel
 
@@ -128,9 +129,12 @@ def test_execute_run_after_a_crash_between_commit_and_publish(
     session_factory: sessionmaker[Session], channel: RedisStreamChannel, tmp_path: Path
 ) -> None:
     run_id = add_run(session_factory, rounds=ROUNDS)
+    ws = service_workspace(tmp_path / "data")
     crashing = CrashBeforePublishing(channel)
     with pytest.raises(Crash):
-        execute_run(run_id, session_factory, crashing, claimant="w1", artifact_dir=tmp_path, lease_s=60)
+        execute_run(
+            run_id, session_factory, crashing, claimant="w1", artifact_dir=tmp_path, workspace=ws, lease_s=60
+        )
     assert _rounds(_stream(channel, run_id)) == list(range(CRASH_ROUND))
     with session_factory() as session:  # the dead worker's lease runs out
         session.execute(
@@ -138,7 +142,9 @@ def test_execute_run_after_a_crash_between_commit_and_publish(
         )
         session.commit()
 
-    outcome = execute_run(run_id, session_factory, channel, claimant="w2", artifact_dir=tmp_path, lease_s=60)
+    outcome = execute_run(
+        run_id, session_factory, channel, claimant="w2", artifact_dir=tmp_path, workspace=ws, lease_s=60
+    )
 
     assert outcome == "succeeded"
     events = _stream(channel, run_id)

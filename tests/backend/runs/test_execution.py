@@ -16,7 +16,7 @@ from backend.db.models import DeviceMetric, RoundMetric, Run
 from backend.live.channel import ROUND, STATUS, MemoryChannel
 from backend.runs import lease_repository as leases
 from backend.runs.execution import checkpoint_dir_for, execute_run
-from tests.backend.builders import insert_run, stored_records, tiny_config
+from tests.backend.builders import insert_run, service_workspace, stored_records, tiny_config
 
 Factory = sessionmaker[Session]
 
@@ -46,7 +46,13 @@ def _run(
     factory: Factory, run_id: int, tmp_path: Path, channel: MemoryChannel | None = None, claimant: str = "w1"
 ) -> str:
     return execute_run(
-        run_id, factory, channel or MemoryChannel(), claimant=claimant, artifact_dir=tmp_path, lease_s=30.0
+        run_id,
+        factory,
+        channel or MemoryChannel(),
+        claimant=claimant,
+        artifact_dir=tmp_path,
+        workspace=service_workspace(tmp_path / "data"),
+        lease_s=30.0,
     )
 
 

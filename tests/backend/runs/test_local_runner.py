@@ -20,12 +20,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.base import utcnow
 from backend.runs.local_runner import LocalDispatcher
-from tests.backend.builders import insert_run, stored_records, tiny_config
+from tests.backend.builders import SLOW_POLICY, insert_run, stored_records, tiny_config
 from tests.backend.conftest import add_user
 from tests.backend.live_server import serve
 from tests.backend.sse_client import read_stream
 
-SLOW = "tests.backend.slow_policy:SlowUniform"
+SLOW = SLOW_POLICY
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 

@@ -16,7 +16,7 @@ from tests.core.builders import tiny_config
 
 def _state(schedule: str = "gpipe", round_index: int = 0, **sections: object):  # type: ignore[no-untyped-def]
     config = tiny_config(training={"schedule": schedule}, **sections)
-    return observe(build_environment(config, 40, 2), round_index)
+    return observe(build_environment(config, 40, 2, None), round_index)
 
 
 def _random_decision(state, rng: np.random.Generator) -> Decision:  # type: ignore[no-untyped-def]
@@ -84,7 +84,7 @@ def test_energy_and_memory_follow_the_documented_formulas() -> None:
 
 def test_queues_weigh_energy_in_the_objective() -> None:
     config = tiny_config()
-    env = build_environment(config, 40, 2)
+    env = build_environment(config, 40, 2, None)
     decision = get_policy("uniform").decide(observe(env, 0))
     empty = evaluate(observe(env, 0), decision)
     loaded = evaluate(observe(env, 0, np.full(env.scenario.shape, 10.0)), decision)

@@ -85,7 +85,7 @@ def _config(kind: str, clusters: int, devices: int, blocks: int, **sections: Any
 
 def _state(config: ExperimentConfig, round_index: int, schedule: str) -> RoundState:
     sizes = load_dataset(config)
-    env = build_environment(config, sizes.src_vocab_size, sizes.tgt_vocab_size)
+    env = build_environment(config, sizes.src_vocab_size, sizes.tgt_vocab_size, None)
     settings = dataclasses.replace(env.settings, schedule=schedule)
     return observe(dataclasses.replace(env, settings=settings), round_index)
 

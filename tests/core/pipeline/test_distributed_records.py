@@ -32,7 +32,7 @@ def _figures(compute_s: float, peak_bytes: float) -> dict[str, float]:
 def _result(measured: dict[str, dict[str, float]]) -> RoundResult:
     config = tiny_config(network={"num_clusters": 1, "devices_per_cluster": 2})
     bundle = load_dataset(config)
-    env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size)
+    env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size, None)
     state = observe(env, 0)
     decision = get_policy("uniform").decide(state)
     outcome = TrainingOutcome(train_loss=1.0, eval_loss=1.0, measured=measured)

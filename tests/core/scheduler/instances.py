@@ -13,7 +13,7 @@ from collapipe_core.state import Environment, RoundState, build_environment, obs
 
 def environment(**sections: Any) -> Environment:
     """An environment from config sections (plain dicts), with the scheduler tests' vocabulary sizes."""
-    return build_environment(ExperimentConfig(**sections), src_vocab=40, tgt_size=45)
+    return build_environment(ExperimentConfig(**sections), src_vocab=40, tgt_size=45, trace=None)
 
 
 def random_instance(seed: int) -> RoundState:
