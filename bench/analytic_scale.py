@@ -28,7 +28,7 @@ def scenario(num_clusters: int, devices_per_cluster: int, rounds: int, policy: s
             "d_model": 128,
             "num_heads": 4,
             "ffn_dim": 512,
-            "num_encoder_blocks": 12,
+            "num_blocks": 12,
             "num_decoder_layers": 2,
             "seq_len": 16,
             "target_len": 16,

@@ -55,7 +55,7 @@ def scenario(iterations: int) -> dict[str, Any]:
             "d_model": 128,
             "num_heads": 4,
             "ffn_dim": 512,
-            "num_encoder_blocks": sum(SEGMENTS),
+            "num_blocks": sum(SEGMENTS),
             "seq_len": 64,
             "dropout": 0.0,
         },

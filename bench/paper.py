@@ -350,7 +350,7 @@ def decision_times(devices: tuple[int, ...], blocks: tuple[int, ...], repeats: i
                         "devices_per_cluster": per_cluster,
                         "memory_bytes": {"low": 2e9, "high": 4e9},
                     },
-                    "model": {"num_encoder_blocks": num_blocks, "d_model": 64, "ffn_dim": 256},
+                    "model": {"num_blocks": num_blocks, "d_model": 64, "ffn_dim": 256},
                     "data": {"dataset": "synthetic-reverse", "samples_per_cluster": 64, "eval_samples": 16},
                 }
             )

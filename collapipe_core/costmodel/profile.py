@@ -85,7 +85,7 @@ def build_profile(config: ExperimentConfig, src_vocab: int, tgt_size: int) -> Mo
         head_fwd = 2.0 * d * d + 2.0 * d * tgt_size
         head_params = 2 * d + d * d + d + d * tgt_size + tgt_size
     return ModelProfile(
-        num_blocks=m.num_encoder_blocks,
+        num_blocks=m.num_blocks,
         bytes_per_element=nbytes,
         block_forward_flops=block_fwd,
         block_backward_flops=2.0 * block_fwd,

@@ -85,7 +85,7 @@ def build_model(model_cfg: ModelConfig, src_vocab_size: int, tgt_size: int, seed
                 d_model=m.d_model,
                 num_heads=m.num_heads,
                 ffn_dim=m.ffn_dim,
-                num_encoder_blocks=m.num_encoder_blocks,
+                num_encoder_blocks=m.num_blocks,
                 num_decoder_layers=m.num_decoder_layers,
                 dropout=m.dropout,
             )
@@ -97,7 +97,7 @@ def build_model(model_cfg: ModelConfig, src_vocab_size: int, tgt_size: int, seed
                 d_model=m.d_model,
                 num_heads=m.num_heads,
                 ffn_dim=m.ffn_dim,
-                num_encoder_blocks=m.num_encoder_blocks,
+                num_encoder_blocks=m.num_blocks,
                 dropout=m.dropout,
             )
     model.to_empty(device="cpu")

@@ -65,9 +65,7 @@ class SimulatedExecutor:
             saved = self.optimizer_states[n]
             if saved is not None:
                 optimizer.load_state_dict(saved)
-            blocks = (
-                cluster.num_blocks if decision.mode == "pipeline" else [self.config.model.num_encoder_blocks]
-            )
+            blocks = cluster.num_blocks if decision.mode == "pipeline" else [self.config.model.num_blocks]
             stages = split_model(self.model, blocks)
             self.model.train()
             cluster_loss = 0.0

@@ -123,7 +123,7 @@ def split_model(model: EncoderStackModel, num_blocks: Sequence[int]) -> Stages:
     if total != len(model.blocks):
         raise ValueError(
             f"segment vector {list(num_blocks)} places {total} TEBs but the model has "
-            f"{len(model.blocks)}; the entries must sum to num_encoder_blocks = {len(model.blocks)}"
+            f"{len(model.blocks)}; the entries must sum to num_blocks = {len(model.blocks)}"
         )
     return Stages(
         embedding=EmbeddingStage(model),

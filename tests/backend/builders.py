@@ -23,7 +23,7 @@ TINY_CONFIG: dict[str, Any] = {
         "d_model": 16,
         "num_heads": 2,
         "ffn_dim": 32,
-        "num_encoder_blocks": 4,
+        "num_blocks": 4,
         "seq_len": 12,
     },
     "data": {"dataset": "synthetic-parity", "samples_per_cluster": 64, "eval_samples": 64},

@@ -57,7 +57,7 @@ def test_preflight_models_round_zero_of_the_chosen_policy(api: Api) -> None:
     assert body["round"]["round"] == 0 and body["round"]["latency_s"] > 0
     devices = body["devices"]
     assert devices and all(d["memory_capacity_bytes"] > 0 and d["energy_budget_j"] > 0 for d in devices)
-    assert sum(d["num_blocks"] for d in devices if d["cluster"] == 0) == config["model"]["num_encoder_blocks"]
+    assert sum(d["num_blocks"] for d in devices if d["cluster"] == 0) == config["model"]["num_blocks"]
     bad = {**config, "channel": {"bandwidth_hz": -1}}
     refused = api.client.post("/api/config/preflight", json=bad, headers=api.as_("viewer"))
     assert refused.status_code == 422

@@ -20,7 +20,7 @@ def tiny_config(**sections: Any) -> ExperimentConfig:
             "d_model": 16,
             "num_heads": 2,
             "ffn_dim": 32,
-            "num_encoder_blocks": 4,
+            "num_blocks": 4,
             "seq_len": 12,
         },
         "data": {"dataset": "synthetic-parity", "samples_per_cluster": 64, "eval_samples": 64},

@@ -32,7 +32,7 @@ BAD = [
     ("channel.bandwidth_hz", -5.0, "greater than 0"),
     ("network.devices_per_cluster", 0, "greater than or equal to 1"),
     ("scheduler.segments", [2, 1, 1, 1], "one entry per device"),
-    ("scheduler.segments", [3, 2, 1], "sum to model.num_encoder_blocks = 4"),
+    ("scheduler.segments", [3, 2, 1], "sum to model.num_blocks = 4"),
     ("scheduler.policy", "best-guess", "policy 'best-guess' is not registered"),
     ("data.dataset", "imagenet", "unknown dataset"),
     ("training.microbatch_size", 1000, "larger than a cluster's data"),

@@ -65,7 +65,7 @@ export function createPreflight(panel) {
         'The config is valid; the figures below are read from it.'),
       h('div.tiles', {},
         tile('Devices', `${n.num_clusters} × ${n.devices_per_cluster}`, 'clusters × devices per cluster'),
-        tile('TEBs', String(config.model.num_encoder_blocks), 'encoder blocks to place'),
+        tile('TEBs', String(config.model.num_blocks), 'encoder blocks to place'),
         tile('Rounds', String(config.training.rounds), `policy ${config.scheduler.policy}`),
         tile('Executor', config.executor, config.executor === 'analytic' ? 'cost model only' : 'real training')),
     );

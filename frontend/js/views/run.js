@@ -91,7 +91,7 @@ export function mountRun(main, { runId }) {
     const n = run.config.network;
     clear(meta).append(
       `#${run.id} · policy ${run.policy} · V = ${formatNumber(s.V)} · ${n.num_clusters} clusters × ${n.devices_per_cluster} devices · `,
-      `${run.config.model.num_encoder_blocks} TEBs · executor ${run.executor} · created ${formatTime(run.created_at)}`,
+      `${run.config.model.num_blocks} TEBs · executor ${run.executor} · created ${formatTime(run.created_at)}`,
       run.parent_run_id ? [' · fork of ', h('a', { href: `#/runs/${run.parent_run_id}` }, `#${run.parent_run_id}`), ` at round ${run.fork_round}`] : '',
       ' · owner ', h('span', { 'data-owner': '' }, '…'),
     );
@@ -166,7 +166,7 @@ export function mountRun(main, { runId }) {
     // the per-device charts: two figures of stacked subplots; only the one on screen redraws live
     parts.device = DEVICE_FIGURES.map(({ id, charts }) => new DeviceCharts(DEVICE_CHARTS.filter((c) => charts.includes(c.id)), devices, id));
     parts.round = ROUND_CHARTS.map((def) => new RoundChart(def));
-    parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_encoder_blocks);
+    parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_blocks);
     parts.gantt = new GanttView(run.id, n.num_clusters);
     parts.decisions = new DecisionLog(run.id);
     parts.measured = isMeasuredRun(run) ? new MeasuredView(run) : null;

@@ -14,7 +14,7 @@ from tests.core.scheduler.instances import environment
 def _state():  # type: ignore[no-untyped-def]
     env = environment(
         network={"num_clusters": 2, "devices_per_cluster": 3, "memory_bytes": {"low": 2e9, "high": 4e9}},
-        model={"num_encoder_blocks": 4},
+        model={"num_blocks": 4},
         training={"microbatch_size": 6, "local_iterations": 2},
     )
     return observe(env, 1, np.full(env.scenario.shape, 0.5))

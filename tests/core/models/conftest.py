@@ -18,7 +18,7 @@ def seq2seq_cfg() -> ModelConfig:
         d_model=16,
         num_heads=2,
         ffn_dim=24,
-        num_encoder_blocks=3,
+        num_blocks=3,
         num_decoder_layers=2,
         seq_len=10,
         target_len=7,
@@ -29,7 +29,7 @@ def seq2seq_cfg() -> ModelConfig:
 @pytest.fixture
 def classifier_cfg() -> ModelConfig:
     return ModelConfig(
-        kind="classifier", d_model=16, num_heads=4, ffn_dim=40, num_encoder_blocks=3, seq_len=10, dropout=0.0
+        kind="classifier", d_model=16, num_heads=4, ffn_dim=40, num_blocks=3, seq_len=10, dropout=0.0
     )
 
 

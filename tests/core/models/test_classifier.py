@@ -36,9 +36,9 @@ def test_parameter_counts_of_each_part(model: EncoderClassifier, classifier_cfg:
     head = 2 * d + (d * d + d) + (d * c + c)  # enc_norm, pooler, classifier
 
     assert num_params(model.embedding) == embedding
-    assert [num_params(b) for b in model.blocks] == [teb] * classifier_cfg.num_encoder_blocks
+    assert [num_params(b) for b in model.blocks] == [teb] * classifier_cfg.num_blocks
     assert num_params(model.head) == head
-    assert num_params(model) == embedding + classifier_cfg.num_encoder_blocks * teb + head
+    assert num_params(model) == embedding + classifier_cfg.num_blocks * teb + head
 
 
 def test_logits_have_shape_batch_classes(model: EncoderClassifier, source_batch: BatchFactory) -> None:

@@ -43,7 +43,7 @@ def test_decoder_block_has_8dd_plus_2df_plus_15d_plus_f_parameters(d: int, heads
 
 def test_parameter_counts_of_each_part(model: Seq2SeqTransformer, seq2seq_cfg: ModelConfig) -> None:
     d, f, s, t = seq2seq_cfg.d_model, seq2seq_cfg.ffn_dim, seq2seq_cfg.seq_len, seq2seq_cfg.target_len
-    num_layers, num_blocks = seq2seq_cfg.num_decoder_layers, seq2seq_cfg.num_encoder_blocks
+    num_layers, num_blocks = seq2seq_cfg.num_decoder_layers, seq2seq_cfg.num_blocks
     embedding = SRC_VOCAB * d + s * d
     teb = 4 * d * d + 2 * d * f + 9 * d + f
     # enc_norm 2d + tgt_tok V_tgt·d + tgt_pos T·d + layers + final norm 2d; the tied lm_head adds nothing

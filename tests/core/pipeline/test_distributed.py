@@ -72,7 +72,7 @@ def _config(kind: str, clusters: int, devices: int, blocks: int, **sections: Any
         "d_model": 16,
         "num_heads": 2,
         "ffn_dim": 32,
-        "num_encoder_blocks": blocks,
+        "num_blocks": blocks,
         "seq_len": 12,
         "target_len": 8,
         "dropout": 0.0,

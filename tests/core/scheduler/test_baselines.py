@@ -53,7 +53,7 @@ def test_random_is_deterministic_per_round_and_varies_across_rounds() -> None:
 def test_proportional_gives_faster_devices_more_blocks() -> None:
     env = environment(
         network={"num_clusters": 1, "devices_per_cluster": 4, "memory_bytes": {"low": 2e9, "high": 4e9}},
-        model={"num_encoder_blocks": 12},
+        model={"num_blocks": 12},
     )
     state = observe(env, 0)
     delta = get_policy("proportional").decide(state).num_blocks()[0]
@@ -96,7 +96,7 @@ def test_fl_trains_the_whole_encoder_on_every_device_and_needs_more_memory_than_
 def test_fl_leaves_out_devices_that_cannot_hold_the_encoder() -> None:
     env = environment(
         network={"num_clusters": 1, "devices_per_cluster": 4, "memory_bytes": {"low": 72e6, "high": 95e6}},
-        model={"d_model": 64, "num_encoder_blocks": 6},
+        model={"d_model": 64, "num_blocks": 6},
     )
     state = observe(env, 0)
     decision = get_policy("fl").decide(state)

@@ -54,7 +54,7 @@ def _budget_environment(V: float) -> Environment:
             "d_model": 32,
             "num_heads": 4,
             "ffn_dim": 128,
-            "num_encoder_blocks": 2,
+            "num_blocks": 2,
             "seq_len": 16,
         },
         training={"microbatch_size": 8},
@@ -97,7 +97,7 @@ def test_a_device_with_a_large_backlog_gets_less_energy_hungry_work() -> None:
     env = environment(
         seed=2,
         network={"num_clusters": 1, "devices_per_cluster": 3, "memory_bytes": {"low": 2e9, "high": 4e9}},
-        model={"num_encoder_blocks": 6},
+        model={"num_blocks": 6},
         scheduler={"V": 1.0, "max_microbatches": 4},
     )
     calm = observe(env, 0, np.full((1, 3), 0.1))
@@ -119,7 +119,7 @@ def test_memory_is_respected_and_unavailable_devices_get_nothing() -> None:
             "memory_bytes": {"low": 70e6, "high": 75e6},
             "runtime_overhead_bytes": 64 * 2**20,
         },
-        model={"d_model": 64, "num_encoder_blocks": 6},
+        model={"d_model": 64, "num_blocks": 6},
         scheduler={"max_microbatches": 8},
     )
     state = dataclasses.replace(
@@ -140,7 +140,7 @@ def test_a_round_where_no_placement_fits_is_refused_naming_devices_and_shortfall
             "memory_bytes": {"low": 80e6, "high": 90e6},
             "runtime_overhead_bytes": 64 * 2**20,
         },
-        model={"d_model": 256, "num_heads": 4, "ffn_dim": 1024, "num_encoder_blocks": 6},
+        model={"d_model": 256, "num_heads": 4, "ffn_dim": 1024, "num_blocks": 6},
     )
     with pytest.raises(ValueError) as err:
         dssda.solve(observe(env, 0))
@@ -159,7 +159,7 @@ def test_larger_rounds_use_a_lighter_search_and_stay_feasible(
             "devices_per_cluster": devices,
             "memory_bytes": {"low": 2e9, "high": 4e9},
         },
-        model={"num_encoder_blocks": blocks},
+        model={"num_blocks": blocks},
     )
     state = observe(env, 1, np.random.default_rng(0).uniform(0, 5, env.scenario.shape))
     assert dssda.effort_for(dssda.build_problem(state)) is effort
