@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
-from http_load import paced_load, percentiles  # noqa: E402  (bench/, the script's directory)
+from tests.integration.http_load import paced_load, percentiles  # noqa: E402
 
 from backend.db.base import utcnow  # noqa: E402
 from backend.db.engine import make_engine, make_session_factory  # noqa: E402

@@ -10,7 +10,11 @@ from collapipe_core.scheduler import PolicyRegistry
 from collapipe_core.workspace import Workspace
 
 SLOW_POLICY = "slow-uniform"
-TEST_POLICIES = {SLOW_POLICY: "tests.backend.slow_policy:SlowUniform"}
+PACED_POLICY = "paced-uniform"
+TEST_POLICIES = {
+    SLOW_POLICY: "tests.backend.slow_policy:SlowUniform",
+    PACED_POLICY: "tests.backend.slow_policy:PacedUniform",
+}
 """Policies the test deployments register (COLLAPIPE_POLICIES), as an operator would."""
 
 TINY_CONFIG: dict[str, Any] = {

@@ -1,4 +1,6 @@
-"""A test policy: ``uniform`` that takes a while per round, so a run can be cancelled or killed mid-way."""
+"""Test policies: ``uniform`` that takes a while per round, so a run can be cancelled or killed
+mid-way (``SlowUniform``), or lasts long enough to put many clients on it (``PacedUniform``).
+The test deployments register them as an operator would (tests/backend/builders.py TEST_POLICIES)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collapipe_core.scheduler import get_policy
 from collapipe_core.state import RoundState
 
 DECIDE_S = 0.05
+PACED_DECIDE_S = 0.25
 
 
 class SlowUniform:
@@ -20,3 +23,13 @@ class SlowUniform:
     def decide(self, state: RoundState) -> Decision:
         time.sleep(DECIDE_S)
         return self._uniform.decide(state)
+
+
+class PacedUniform(SlowUniform):
+    """``uniform`` at about four rounds a second (a 100-round analytic run lasts ~25 s)."""
+
+    name = "paced-uniform"
+
+    def decide(self, state: RoundState) -> Decision:
+        time.sleep(PACED_DECIDE_S - DECIDE_S)
+        return super().decide(state)

@@ -1,4 +1,4 @@
-"""An open-loop HTTP/1.1 load generator on raw asyncio streams (used by bench/service.py).
+"""An open-loop HTTP/1.1 load generator on raw asyncio streams (bench/service.py, the load tests).
 
 Why not httpx: with hundreds of requests waiting for a pooled connection its pool bookkeeping costs
 more CPU than the server under test on a 2-core machine (measured: the client saturated first). Here
