@@ -125,8 +125,10 @@ class RedisStreamChannel:
         prefix: str = "",
         ttl_s: float = 7 * 24 * 3600.0,
         socket_timeout_s: float = 10.0,
+        max_readers: int = 1000,
     ) -> None:
         self.redis_url = redis_url
+        self.max_readers = max_readers
         self.maxlen = maxlen
         self.ttl_s = ttl_s
         self.prefix = prefix
@@ -192,10 +194,14 @@ class RedisStreamChannel:
         loop = asyncio.get_running_loop()
         entry = self._async.get(loop)
         if entry is None:
-            # redis-py's default 5 s socket timeout would cut a longer XREAD BLOCK mid-wait: the
-            # timeout is the longest block plus the usual margin
-            client = aioredis.Redis.from_url(
+            # A waiting stream holds one connection for its XREAD BLOCK: a blocking pool lets up to
+            # ``max_readers`` wait at once and queues the rest (a plain pool raises "Too many
+            # connections" at redis-py's default of 100). redis-py's default 5 s socket timeout
+            # would cut a longer XREAD BLOCK mid-wait: the timeout is the longest block plus a margin.
+            pool = aioredis.BlockingConnectionPool.from_url(
                 self.redis_url,
+                max_connections=self.max_readers,
+                timeout=MAX_BLOCK_S + self.socket_timeout_s,
                 decode_responses=True,
                 socket_timeout=MAX_BLOCK_S + self.socket_timeout_s,
                 socket_connect_timeout=self.socket_timeout_s,
@@ -203,6 +209,7 @@ class RedisStreamChannel:
                 retry_on_error=[RedisConnectionError, RedisTimeoutError],
                 health_check_interval=30,
             )
+            client = aioredis.Redis(connection_pool=pool)
             closer = _close_at_loop_shutdown(client)
             await closer.asend(None)  # registered with the loop: finalised by its shutdown_asyncgens()
             entry = self._async[loop] = _LoopClient(client, closer)
@@ -272,7 +279,7 @@ async def _close_at_loop_shutdown(client: aioredis.Redis) -> AsyncGenerator[None
     try:
         yield
     finally:
-        await client.aclose()
+        await client.aclose(close_connection_pool=True)
 
 
 def _event(entry_id: str, fields: dict[str, str]) -> LiveEvent:
@@ -299,4 +306,5 @@ def make_channel(settings: Settings) -> RedisStreamChannel:
         maxlen=worker_settings.stream_maxlen,
         ttl_s=worker_settings.stream_ttl_s,
         prefix=worker_settings.redis_key_prefix,
+        max_readers=worker_settings.stream_max_readers,
     )

@@ -35,6 +35,12 @@ class WorkerSettings(Settings):
     stream_maxlen: int = Field(
         default=10_000, ge=100, description="events kept per run stream (XADD MAXLEN ~); the DB keeps all"
     )
+    stream_max_readers: int = Field(
+        default=1000,
+        ge=1,
+        description="SSE streams one API process reads from Redis at once (each waiting stream holds a "
+        "connection); more wait for a free one",
+    )
     stream_ttl_s: float = Field(
         default=7 * 24 * 3600.0, gt=0, description="a run's live stream expires this long after its last one"
     )

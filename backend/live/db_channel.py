@@ -4,16 +4,19 @@ Works across processes (the local runner's children publish, the API process rea
 each publish takes a short exclusive table lock so ids commit in order and a tailing reader that
 saw id N can never later find a smaller id committed (SQLite serialises writers anyway).
 
-Waiting readers do not each poll their run's events: one watcher task per event loop polls the
-newest event id (``max(id)``, an index lookup) every ``poll_interval_s`` while any reader waits,
-and wakes the readers when it grows; only then do they query their own events. So the delay from
-a publish to a reader is at most about one poll period, whatever the number of readers, and an
-idle server runs no queries.
+Waiting readers share one tail per event loop (:class:`_Tail`): while any reader waits, one task
+reads the rows after the newest id it has seen every ``poll_interval_s`` (an index range scan that
+returns nothing when nothing happened) and keeps the latest ``recent_events`` events in memory. A
+reader whose resume point lies inside that window is answered from memory; only a reader further
+behind (a stream resumed from the start of a long run) queries the table. So a new event costs one
+query whatever the number of readers (100 streams on one run: one query per event, not 100), the
+delay from a publish to a reader is about one poll period, and an idle server runs no queries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 import weakref
@@ -30,15 +33,20 @@ from backend.live.channel import STATUS, LiveEvent, parse_integer_id
 log = logging.getLogger(__name__)
 
 MAX_EVENTS_PER_READ = 500
+RECENT_EVENTS = 2000
 
 
 class DbEventChannel:
-    def __init__(self, session_factory: SessionFactory, poll_interval_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        session_factory: SessionFactory,
+        poll_interval_s: float = 0.02,
+        recent_events: int = RECENT_EVENTS,
+    ) -> None:
         self.session_factory = session_factory
         self.poll_interval_s = poll_interval_s
-        self._watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watcher] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.recent_events = recent_events
+        self._tails: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Tail] = weakref.WeakKeyDictionary()
 
     def publish(self, run_id: int, kind: str, data: Mapping[str, Any]) -> str:
         with self.session_factory() as session:
@@ -53,32 +61,40 @@ class DbEventChannel:
         with self.session_factory() as session:
             return int(session.scalar(select(func.max(RunEvent.id))) or 0)
 
-    def _after(self, run_id: int | None, after: str | None) -> tuple[list[LiveEvent], int]:
-        """The events after ``after`` and the newest id of any run read just before them."""
-        query = select(RunEvent).where(RunEvent.id > parse_integer_id(after)).order_by(RunEvent.id)
-        query = query.where(RunEvent.kind == STATUS if run_id is None else RunEvent.run_id == run_id)
+    def _rows_after(self, after: int, run_id: int | None, all_runs: bool) -> list[LiveEvent]:
+        """Up to MAX_EVENTS_PER_READ events after id ``after``: of every run (``all_runs``), of the
+        status stream (``run_id`` None) or of one run."""
+        query = select(RunEvent).where(RunEvent.id > after).order_by(RunEvent.id).limit(MAX_EVENTS_PER_READ)
+        if not all_runs:
+            query = query.where(RunEvent.kind == STATUS if run_id is None else RunEvent.run_id == run_id)
         with self.session_factory() as session:
-            latest = int(session.scalar(select(func.max(RunEvent.id))) or 0)
-            rows = session.scalars(query.limit(MAX_EVENTS_PER_READ)).all()
-            return [LiveEvent(str(r.id), r.run_id, r.kind, r.data) for r in rows], latest
+            return [LiveEvent(str(r.id), r.run_id, r.kind, r.data) for r in session.scalars(query)]
 
     async def read(self, run_id: int | None, after: str | None, block_s: float) -> list[LiveEvent]:
-        parse_integer_id(after)  # a malformed id fails before any waiting
+        start = parse_integer_id(after)  # a malformed id fails before any waiting
+        tail = await self._tail()
         deadline = time.monotonic() + block_s
         while True:
-            events, latest = await to_thread.run_sync(self._after, run_id, after)
+            seen = tail.latest
+            events = tail.events_after(run_id, start)
+            if events is None:  # behind the window kept in memory: read the table
+                events = await to_thread.run_sync(self._rows_after, start, run_id, False)
+                if not events:
+                    # none of the reader's events up to ``seen`` (ids commit in order and the table
+                    # was read after the tail): from here on the window answers
+                    start = max(start, seen)
             remaining_s = deadline - time.monotonic()
             if events or remaining_s <= 0:
                 return events
-            # nothing for this reader among ids <= latest: wait for any newer event, then look again
-            await self._watcher().wait_beyond(latest, remaining_s)
+            await tail.wait_beyond(seen, remaining_s)
 
-    def _watcher(self) -> _Watcher:
+    async def _tail(self) -> _Tail:
         loop = asyncio.get_running_loop()
-        watcher = self._watchers.get(loop)
-        if watcher is None:
-            watcher = self._watchers[loop] = _Watcher(self._latest_id, self.poll_interval_s)
-        return watcher
+        tail = self._tails.get(loop)
+        if tail is None:
+            latest = await to_thread.run_sync(self._latest_id)
+            tail = self._tails.setdefault(loop, _Tail(self, latest))
+        return tail
 
     def _head(self, run_id: int | None) -> str:
         query = select(RunEvent.id).order_by(RunEvent.id.desc()).limit(1)
@@ -97,46 +113,72 @@ class DbEventChannel:
         pass
 
 
-class _Watcher:
-    """Polls the newest event id while readers wait (one task per event loop); wakes them on growth."""
+class _Tail:
+    """The newest events of every run, kept in memory and extended by one polling task while readers
+    wait. ``events`` holds every event with ``base < id <= latest``, in id order."""
 
-    def __init__(self, latest_id: Any, poll_interval_s: float) -> None:
-        self._latest_id = latest_id
-        self._poll_interval_s = poll_interval_s
-        self._latest = 0
+    def __init__(self, channel: DbEventChannel, latest: int) -> None:
+        self._channel = channel
+        self.base = latest
+        self.latest = latest
+        self._events: list[LiveEvent] = []
+        self._ids: list[int] = []
         self._changed = asyncio.Event()
         self._waiting = 0
         self._task: asyncio.Task[None] | None = None
 
+    def events_after(self, run_id: int | None, after: int) -> list[LiveEvent] | None:
+        """The reader's events after ``after`` known so far, or None when ``after`` is older than the
+        window (the caller reads the table)."""
+        if after < self.base:
+            return None
+        found: list[LiveEvent] = []
+        for event in self._events[bisect.bisect_right(self._ids, after) :]:
+            if (event.kind == STATUS) if run_id is None else (event.run_id == run_id):
+                found.append(event)
+                if len(found) == MAX_EVENTS_PER_READ:
+                    break
+        return found
+
     async def wait_beyond(self, seen_id: int, timeout_s: float) -> None:
-        """Return once an event id above ``seen_id`` exists, or after ``timeout_s``."""
+        """Return once the tail holds an id above ``seen_id``, or after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         self._waiting += 1
         try:
             if self._task is None or self._task.done():
                 self._task = asyncio.create_task(self._poll())
-            while self._latest <= seen_id:
+            while self.latest <= seen_id:
                 remaining_s = deadline - time.monotonic()
                 if remaining_s <= 0:
                     return
-                changed = self._changed
                 try:
-                    await asyncio.wait_for(changed.wait(), remaining_s)
+                    await asyncio.wait_for(self._changed.wait(), remaining_s)
                 except TimeoutError:
                     return
         finally:
             self._waiting -= 1
 
     async def _poll(self) -> None:
+        channel = self._channel
         while self._waiting > 0:
             try:
-                latest = await to_thread.run_sync(self._latest_id)
+                rows = await to_thread.run_sync(channel._rows_after, self.latest, None, True)
             except Exception:  # the database is briefly unavailable: readers time out or see it later
-                log.exception("live events: polling the newest event id failed; retrying")
-                await asyncio.sleep(max(self._poll_interval_s, 1.0))
+                log.exception("live events: reading new events failed; retrying")
+                await asyncio.sleep(max(channel.poll_interval_s, 1.0))
                 continue
-            if latest != self._latest:
-                self._latest = latest
+            if rows:
+                self._append(rows)
                 self._changed.set()
                 self._changed = asyncio.Event()  # waiters hold the set one; later ones get a fresh one
-            await asyncio.sleep(self._poll_interval_s)
+            if len(rows) < MAX_EVENTS_PER_READ:
+                await asyncio.sleep(channel.poll_interval_s)
+
+    def _append(self, rows: list[LiveEvent]) -> None:
+        self._events.extend(rows)
+        self._ids.extend(int(e.id) for e in rows)
+        self.latest = self._ids[-1]
+        excess = len(self._events) - self._channel.recent_events
+        if excess > 0:
+            self.base = self._ids[excess - 1]
+            del self._events[:excess], self._ids[:excess]

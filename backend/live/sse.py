@@ -9,11 +9,14 @@ one heartbeat with an ``event: revoked``.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from backend.db.models import TERMINAL_STATUSES
 from backend.live.channel import STATUS, LiveChannel, LiveEvent
+
+log = logging.getLogger(__name__)
 
 RETRY_MS = 2000
 FINAL_GRACE_S = 1.0  # after the DB says finished, wait this long for the terminal event to be published
@@ -21,7 +24,21 @@ REVOKED = (
     'event: revoked\ndata: {"message": "your access ended (token revoked, logged out or role changed)"}\n\n'
 )
 
+UNAVAILABLE = 'event: unavailable\ndata: {"message": "the live channel failed; reconnect to resume"}\n\n'
+
 Check = Callable[[], Awaitable[bool]]
+
+
+async def _read(
+    channel: LiveChannel, run_id: int | None, after: str | None, block_s: float
+) -> list[LiveEvent] | None:
+    """The channel's next events, or None when the channel failed (logged; the stream then ends and
+    the client's reconnect resumes it with Last-Event-ID)."""
+    try:
+        return await channel.read(run_id, after, block_s)
+    except Exception:
+        log.exception("live stream of run %s: reading the channel failed; ending the stream", run_id)
+        return None
 
 
 def frame(event: LiveEvent) -> str:
@@ -63,10 +80,13 @@ async def run_events(
         if await access.ended():
             yield REVOKED
             return
-        events = await channel.read(run_id, after, heartbeat_s / 2)
+        events = await _read(channel, run_id, after, heartbeat_s / 2)
+        if events is None:
+            yield UNAVAILABLE
+            return
         if not events:
             if await is_finished():
-                events = await channel.read(run_id, after, FINAL_GRACE_S)
+                events = await _read(channel, run_id, after, FINAL_GRACE_S)
                 if not events:
                     return
             else:
@@ -90,7 +110,10 @@ async def status_events(
         if await access.ended():
             yield REVOKED
             return
-        events = await channel.read(None, after, heartbeat_s / 2)
+        events = await _read(channel, None, after, heartbeat_s / 2)
+        if events is None:
+            yield UNAVAILABLE
+            return
         if not events:
             yield ": keepalive\n\n"
         for event in events:
