@@ -1,0 +1,336 @@
+"""Hostile but fair input, on both deployments: every request gets a 4xx with the stable JSON error
+``{"error": {"code", "message", "details": [{"field", "value", "message"}]}}`` naming the field, and
+changes nothing — no code imported, no file or directory created, no row stored — and the server
+answers normally afterwards.
+
+Covered: a config's policy as an import path (on every endpoint that takes a config), files outside
+the data directory (absolute paths, ``..``, URLs, symlinks leaving it, devices, directories, missing
+files: one answer for all), oversized and malformed trace files (no content in the answer or the
+log), NaN and ±Infinity, loose bodies (unknown fields, booleans or strings for numbers, fractions
+for integers), oversized bodies (413, declared and chunked), deep nesting, broken JSON, huge
+integers, a run too big for a worker, and path traversal on the static files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from fastapi import FastAPI
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.db.models import Experiment, Run, RunEvent
+from tests.backend.builders import tiny_config
+from tests.backend.conftest import Api, RecordingDispatcher
+from tests.backend.live_server import serve
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SECRET = "SECRET-7d1f-never-echo"
+MARKER_MODULE = "collapipe_hostile_marker"
+
+
+@dataclass
+class Hostile:
+    api: Api
+    data_dir: Path
+    marker: Path  # written if MARKER_MODULE is ever imported
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """What a request must not change: stored rows, the data directory, imported modules."""
+        with self.api.session_factory() as session:
+            counts = tuple(
+                session.scalar(select(func.count()).select_from(model))
+                for model in (Run, Experiment, RunEvent)
+            )
+        files = sorted(str(p.relative_to(self.data_dir)) for p in self.data_dir.rglob("*"))
+        return counts, files, MARKER_MODULE in sys.modules, self.marker.exists()
+
+    def check(self, response: httpx.Response, status: int, field: str | None = None) -> dict[str, Any]:
+        """The response is ``status`` with the error shape (naming ``field``), and the server answers."""
+        assert response.status_code == status, response.text[:2000]
+        body: dict[str, Any] = response.json()
+        assert set(body) == {"error"} and {"code", "message", "details"} <= set(body["error"])
+        if field is not None:
+            fields = [d["field"] for d in body["error"]["details"]]
+            assert field in fields, (field, fields)
+        assert len(response.content) < 20_000, "an error answer must quote values by a short prefix"
+        viewer = self.api.as_("viewer")
+        assert self.api.client.get("/api/runs", headers=viewer).status_code == 200
+        assert self.api.client.get("/healthz").status_code == 200
+        return body
+
+
+@pytest.fixture
+def hostile(api: Api, settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hostile]:
+    data_dir = Path(settings.data_dir)
+    (data_dir / "traces").mkdir(parents=True)
+    (data_dir / "traces" / "good.csv").write_text("round,cluster,device,speed_factor\n0,0,0,0.5\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text(f"password={SECRET}\n")
+    (data_dir / "out.csv").symlink_to(secret)
+    (data_dir / "zero.csv").symlink_to("/dev/zero")
+    (data_dir / "bad.csv").write_text(f"round,cluster,device,speed_factor\n0,0,0,{SECRET}\n")
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    marker = tmp_path / "imported"
+    (modules / f"{MARKER_MODULE}.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\nclass Policy: name = 'x'\n"
+    )
+    monkeypatch.syspath_prepend(str(modules))
+    yield Hostile(api, data_dir, marker)
+
+
+def _with(config: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    *parents, leaf = dotted.split(".")
+    node = config
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    return config
+
+
+def _config_requests(
+    hostile: Hostile, config: dict[str, Any]
+) -> Iterator[tuple[str, str, dict[str, Any], str]]:
+    """(method, path, body, field prefix) of every endpoint that takes a config, with the role allowed."""
+    api = hostile.api
+    op = api.as_("operator")
+    experiment = api.client.post("/api/experiments", json={"config": tiny_config()}, headers=op).json()
+    run = api.client.post("/api/runs", json={"config": tiny_config()}, headers=op).json()
+    yield "POST", "/api/config/validate", config, "config"
+    yield "POST", "/api/config/preflight", config, "config"
+    yield "POST", "/api/runs", {"config": config}, "config"
+    yield "POST", "/api/experiments", {"config": config}, "config"
+    yield "PATCH", f"/api/experiments/{experiment['id']}", {"config": config}, "config"
+    policy = config["scheduler"]["policy"]
+    yield "POST", f"/api/runs/{run['id']}/fork", {"round": 0, "policy": policy}, "config"
+
+
+POLICY_IMPORTS = [
+    "os:abort",
+    "tempfile:mkdtemp",
+    "this:x",
+    "os:system",
+    "builtins:exec",
+    f"{MARKER_MODULE}:Policy",
+]
+
+
+def test_a_policy_import_path_is_never_imported(hostile: Hostile) -> None:
+    api = hostile.api
+    this_loaded = "this" in sys.modules
+    for name in POLICY_IMPORTS:
+        for method, path, body, prefix in _config_requests(hostile, tiny_config(scheduler={"policy": name})):
+            before = hostile.snapshot()
+            role = "viewer" if path.startswith("/api/config") else "operator"
+            response = api.client.request(method, path, json=body, headers=api.as_(role))
+            error = hostile.check(response, 422, f"{prefix}.scheduler.policy")
+            message = next(d["message"] for d in error["error"]["details"] if d["field"].endswith("policy"))
+            assert "is not registered" in message and "dssda" in message and "slow-uniform" in message
+            assert hostile.snapshot() == before, (name, path)
+    assert not hostile.marker.exists() and MARKER_MODULE not in sys.modules
+    assert ("this" in sys.modules) == this_loaded
+
+
+OUTSIDE = [
+    "/etc/passwd",
+    "/proc/self/environ",
+    "../../etc/passwd",
+    "traces/../../../etc/passwd",
+    "http://169.254.169.254/latest/meta-data",
+    "file:///etc/passwd",
+    "~/.ssh/id_rsa",
+    "/dev/zero",
+]
+HIDDEN = ["out.csv", "zero.csv", "missing.csv", "traces"]  # symlink out, device, missing, directory
+
+
+def test_config_files_come_only_from_the_data_directory(
+    hostile: Hostile, caplog: pytest.LogCaptureFixture
+) -> None:
+    api, viewer = hostile.api, hostile.api.as_("viewer")
+    caplog.set_level(logging.DEBUG)
+    answers = {}
+    for name in OUTSIDE + HIDDEN:
+        before = hostile.snapshot()
+        config = tiny_config(network={"trace_file": name})
+        response = api.client.post("/api/config/validate", json=config, headers=viewer)
+        error = hostile.check(response, 422, "config.network.trace_file")
+        assert "root:" not in response.text and SECRET not in response.text and "PATH=" not in response.text
+        assert hostile.snapshot() == before
+        message = error["error"]["details"][0]["message"]
+        answers[name] = message.replace(repr(name), "NAME")
+    assert {answers[name] for name in HIDDEN} == {"no file named NAME in the data directory"}
+    assert all("relative to the data directory" in answers[name] for name in OUTSIDE)
+    bad = api.client.post(
+        "/api/config/validate", json=tiny_config(network={"trace_file": "bad.csv"}), headers=viewer
+    )
+    detail = hostile.check(bad, 422, "config.network.trace_file")["error"]["details"][0]
+    assert "row 2, column 'speed_factor': not a number" in detail["message"] and SECRET not in bad.text
+    assert SECRET not in caplog.text and "root:" not in caplog.text
+    good = api.client.post(
+        "/api/config/validate", json=tiny_config(network={"trace_file": "traces/good.csv"}), headers=viewer
+    )
+    assert good.status_code == 200 and good.json()["network"]["trace_file"] == "traces/good.csv"
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(
+    app_factory: Callable[..., FastAPI], settings: Any, session_factory: sessionmaker[Session]
+) -> None:
+    from tests.backend.client import SyncClient
+    from tests.backend.conftest import add_user
+
+    data_dir = Path(settings.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "big.csv").write_text("round,cluster,device\n" + "0,0,0\n" * 2000)
+    _, token = add_user(session_factory, "v", "viewer")
+    with SyncClient(app_factory(RecordingDispatcher(), max_file_bytes=4096)) as client:
+        response = client.post(
+            "/api/config/validate",
+            json=tiny_config(network={"trace_file": "big.csv"}),
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    assert response.status_code == 422
+    detail = response.json()["error"]["details"][0]
+    assert detail["field"] == "config.network.trace_file" and "COLLAPIPE_MAX_FILE_BYTES" in detail["message"]
+
+
+NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e999"]
+
+
+def test_nan_and_infinity_are_refused_naming_the_field(hostile: Hostile) -> None:
+    api, op = hostile.api, hostile.api.as_("operator")
+    for literal in NON_FINITE:
+        body = json.dumps({"config": tiny_config()}).replace('"lr": 0.01', f'"lr": {literal}')
+        assert literal in body
+        for path in ("/api/runs", "/api/experiments"):
+            before = hostile.snapshot()
+            response = api.client.post(path, content=body, headers={**op, "content-type": "application/json"})
+            hostile.check(response, 422, "body.config.training.lr")
+            assert hostile.snapshot() == before
+        raw = json.dumps(tiny_config()).replace('"lr": 0.01', f'"lr": {literal}')
+        response = api.client.post(
+            "/api/config/validate",
+            content=raw,
+            headers={**api.as_("viewer"), "content-type": "application/json"},
+        )
+        hostile.check(response, 422, "body.training.lr")
+    run = api.client.post("/api/runs", json={"config": tiny_config()}, headers=op).json()
+    fork = api.client.post(
+        f"/api/runs/{run['id']}/fork",
+        content='{"round": 0, "V": NaN}',
+        headers={**op, "content-type": "application/json"},
+    )
+    hostile.check(fork, 422, "body.V")
+
+
+def test_request_bodies_are_strict(hostile: Hostile) -> None:
+    api, op = hostile.api, hostile.api.as_("operator")
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"config": tiny_config(), "owner": "someone-else"}, "body.owner"),
+        ({"config": _with(tiny_config(), "training.rounds", True)}, "config.training.rounds"),
+        ({"config": _with(tiny_config(), "training.rounds", "3")}, "config.training.rounds"),
+        ({"config": _with(tiny_config(), "training.rounds", 2.5)}, "config.training.rounds"),
+        ({"config": _with(tiny_config(), "channel.bandwidth_hz", "4.0e9")}, "config.channel.bandwidth_hz"),
+        (
+            {"config": _with(tiny_config(), "channel.rayleigh_fading", "yes")},
+            "config.channel.rayleigh_fading",
+        ),
+        ({"config": _with(tiny_config(), "seed", 10**30)}, "config.seed"),
+        ({"config": _with(tiny_config(), "model.colour", "blue")}, "config.model.colour"),
+        ({"experiment_id": "1"}, "body.experiment_id"),
+        ({"experiment_id": True}, "body.experiment_id"),
+        ({"experiment_id": 10**30}, "body.experiment_id"),
+        ({"config": tiny_config(), "name": "n" * 500_000}, "body.name"),
+        ({"config": _with(tiny_config(), "name", "x\x00y")}, "config.name"),
+    ]
+    for body, field in cases:
+        before = hostile.snapshot()
+        hostile.check(api.client.post("/api/runs", json=body, headers=op), 422, field)
+        assert hostile.snapshot() == before, field
+    run = api.client.post("/api/runs", json={"config": tiny_config()}, headers=op).json()
+    for body, field in [
+        ({"round": 1.5}, "body.round"),
+        ({"round": "0"}, "body.round"),
+        ({"round": False}, "body.round"),
+    ]:
+        hostile.check(api.client.post(f"/api/runs/{run['id']}/fork", json=body, headers=op), 422, field)
+    assert api.client.post(f"/api/runs/{run['id']}/fork", json={"round": 0.0}, headers=op).status_code == 201
+    integral = api.client.post(
+        "/api/runs", json={"config": _with(tiny_config(), "training.rounds", 3.0)}, headers=op
+    )
+    assert integral.status_code == 201 and integral.json()["config"]["training"]["rounds"] == 3
+
+
+def test_broken_deep_and_oversized_bodies(hostile: Hostile) -> None:
+    api, op = hostile.api, hostile.api.as_("operator")
+    json_headers = {**op, "content-type": "application/json"}
+    before = hostile.snapshot()
+    hostile.check(api.client.post("/api/runs", content=b'{"config": {', headers=json_headers), 422)
+    deep = '{"config": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    error = hostile.check(api.client.post("/api/runs", content=deep, headers=json_headers), 422, "body")
+    assert "nested deeper" in error["error"]["details"][0]["message"]
+    nested = json.dumps({"config": _with(tiny_config(), "model.hf_config", {"a": [[[[[[[[[[1]]]]]]]]]]})})
+    hostile.check(api.client.post("/api/runs", content=nested, headers=json_headers), 422)
+    huge = b'{"name": "' + b"n" * (2 * 2**20) + b'"}'
+    hostile.check(api.client.post("/api/runs", content=huge, headers=json_headers), 413)
+    assert hostile.snapshot() == before
+
+
+def test_a_chunked_body_over_the_limit_gets_413(app_factory: Callable[..., FastAPI]) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"config": {"name": "'
+        for _ in range(64):
+            yield b"n" * 65536
+        yield b'"}}'
+
+    with serve(app_factory(RecordingDispatcher())) as url:
+        response = httpx.post(
+            f"{url}/api/config/validate", content=chunks(), headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 413 and response.json()["error"]["code"] == "payload_too_large"
+        assert httpx.get(f"{url}/healthz").status_code == 200
+
+
+def test_a_run_too_big_for_a_worker_is_refused_before_launch(
+    app_factory: Callable[..., FastAPI], session_factory: sessionmaker[Session]
+) -> None:
+    from tests.backend.client import SyncClient
+    from tests.backend.conftest import add_user
+
+    _, token = add_user(session_factory, "o", "operator")
+    big = tiny_config(executor="simulated", model={"d_model": 512, "ffn_dim": 2048, "num_heads": 8})
+    with SyncClient(app_factory(RecordingDispatcher(), worker_memory_bytes=600 * 2**20)) as client:
+        response = client.post(
+            "/api/runs", json={"config": big}, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert response.status_code == 422
+        detail = response.json()["error"]["details"][0]
+        assert detail["field"] == "config.model" and "model.d_model = 512" in detail["message"]
+        assert client.get("/api/runs", headers={"Authorization": f"Bearer {token}"}).json()["total"] == 0
+
+
+def test_static_files_stay_inside_the_frontend(hostile: Hostile) -> None:
+    for path in ("/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/js/..%2f..%2f..%2fpyproject.toml"):
+        response = hostile.api.client.get(path)
+        assert (
+            response.status_code == 404 and "root:" not in response.text and "[project]" not in response.text
+        )
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_loaded_with_pyyaml_validate_through_the_api(api: Api, path: Path) -> None:
+    """Scripts load the examples with PyYAML (YAML 1.1, which reads 4.0e9 as text) and post them."""
+    response = api.client.post(
+        "/api/config/validate", json=yaml.safe_load(path.read_text()), headers=api.as_("viewer")
+    )
+    assert response.status_code == 200, response.text
