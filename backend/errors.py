@@ -76,5 +76,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "not authenticated"},
     403: {"model": ErrorResponse, "description": "role too low"},
     404: {"model": ErrorResponse, "description": "no such resource"},
+    413: {"model": ErrorResponse, "description": "request body over COLLAPIPE_MAX_BODY_BYTES"},
     422: {"model": ErrorResponse, "description": "invalid request or config (details name each field)"},
 }

@@ -176,13 +176,25 @@ def test_a_claimant_that_lost_its_lease_stops_without_writing(
     assert _counts(session_factory, run_id)[0] == 2
 
 
-def test_an_error_marks_the_run_failed_with_its_message(session_factory: Factory, tmp_path: Path) -> None:
-    run_id = insert_run(session_factory, tiny_config(scheduler={"policy": "no.such.module:Policy"}))
+def test_a_worker_without_the_runs_policy_fails_it_naming_the_policy(
+    session_factory: Factory, tmp_path: Path
+) -> None:
+    """The API registered the policy, this worker did not: the run fails with a message naming it."""
+    run_id = insert_run(session_factory, tiny_config(scheduler={"policy": "team-policy"}))
     channel = MemoryChannel()
     assert _run(session_factory, run_id, tmp_path, channel) == "failed"
     run = _row(session_factory, run_id)
-    assert run.status == "failed" and run.error is not None and "no.such.module" in run.error
+    assert run.status == "failed" and run.error is not None
+    assert "cannot run this config" in run.error and "scheduler.policy" in run.error
+    assert "'team-policy' is not registered" in run.error and "COLLAPIPE_POLICIES" in run.error
     assert channel._events[-1].data["status"] == "failed"
+
+
+def test_an_error_marks_the_run_failed_with_its_message(session_factory: Factory, tmp_path: Path) -> None:
+    run_id = insert_run(session_factory, tiny_config(network={"trace_file": "gone.csv"}))
+    assert _run(session_factory, run_id, tmp_path) == "failed"
+    run = _row(session_factory, run_id)
+    assert run.error is not None and "network.trace_file" in run.error and "gone.csv" in run.error
 
 
 def test_a_fork_replays_the_parent_to_round_k_then_switches(session_factory: Factory, tmp_path: Path) -> None:
