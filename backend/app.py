@@ -37,6 +37,7 @@ from backend.live.router import router as live_router
 from backend.metrics.router import router as metrics_router
 from backend.metrics.series_cache import SeriesCache
 from backend.monitoring import RequestMetrics, RunCollector
+from backend.preflight import PreflightProcess
 from backend.runs.dispatch import RunDispatcher, load_factory, make_celery_dispatcher
 from backend.runs.local_runner import LocalDispatcher
 from backend.runs.router import router as runs_router
@@ -69,6 +70,7 @@ def create_app(
         else:
             dispatcher = make_celery_dispatcher(settings)
     live, runner = channel, dispatcher
+    preflight = PreflightProcess(settings.preflight_timeout_s)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -78,6 +80,7 @@ def create_app(
             yield
         finally:
             await runner.stop()
+            await to_thread.run_sync(preflight.stop)
             live.close()
             engine.dispose()
 
@@ -89,6 +92,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.workspace = settings.workspace()
+    app.state.preflight = preflight
     app.state.engine = engine
     app.state.session_factory = session_factory
     app.state.read_session_factory = make_read_session_factory(engine)

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from anyio import to_thread
 from fastapi import APIRouter
 from pydantic import BaseModel
 
 from backend.config_input import normalized, validated_config
-from backend.deps import ViewerUser, WorkspaceDep
+from backend.deps import PreflightDep, ViewerUser, WorkspaceDep
 from backend.errors import ERROR_RESPONSES
-from backend.jsonsafe import sanitize
 from collapipe_core.config import config_json_schema
 from collapipe_core.metrics import METRICS
-from collapipe_core.runner import Runner
-from collapipe_core.sinks import MemorySink
 
 router = APIRouter(prefix="/api/config", tags=["config"], responses=ERROR_RESPONSES)
 
@@ -41,17 +39,14 @@ def validate(config: dict[str, Any], _user: ViewerUser, workspace: WorkspaceDep)
 
 
 @router.post("/preflight")
-def preflight(config: dict[str, Any], _user: ViewerUser, workspace: WorkspaceDep) -> dict[str, Any]:
+async def preflight(
+    config: dict[str, Any], _user: ViewerUser, workspace: WorkspaceDep, process: PreflightDep
+) -> dict[str, Any]:
     """Round 0 of the config's policy on the cost model, before launching: {"round": ..., "devices": [...]}
-    with modeled latency, energy and memory per device (against capacity and budget). 422 as /validate."""
-    checked = validated_config(config, workspace)
-    analytic = checked.model_copy(
-        update={"executor": "analytic", "training": checked.training.model_copy(update={"rounds": 1})}
-    )
-    sink = MemorySink()
-    Runner(analytic, sink, workspace=workspace).run()
-    result: dict[str, Any] = sanitize(sink.results[0].to_json())
-    return result
+    with modeled latency, energy and memory per device (against capacity and budget). 422 as /validate,
+    and when the estimate takes longer than the server allows (COLLAPIPE_PREFLIGHT_TIMEOUT_S)."""
+    checked = await to_thread.run_sync(validated_config, config, workspace)
+    return await process.run(normalized(checked), workspace)
 
 
 @router.get("/metrics")

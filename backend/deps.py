@@ -16,6 +16,7 @@ from backend.db.transaction import commit_and_notify, discard_pending
 from backend.errors import Forbidden, Unauthenticated
 from backend.live.channel import LiveChannel
 from backend.metrics.series_cache import SeriesCache
+from backend.preflight import PreflightProcess
 from backend.runs.dispatch import RunDispatcher
 from backend.settings import Settings
 from backend.users import service as users
@@ -100,6 +101,11 @@ async def _workspace(request: Request) -> Workspace:
     return workspace
 
 
+async def _preflight(request: Request) -> PreflightProcess:
+    process: PreflightProcess = request.app.state.preflight
+    return process
+
+
 async def _channel(request: Request) -> LiveChannel:
     channel: LiveChannel = request.app.state.channel
     return channel
@@ -117,6 +123,7 @@ async def _series_cache(request: Request) -> SeriesCache:
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
 WorkspaceDep = Annotated[Workspace, Depends(_workspace)]
+PreflightDep = Annotated[PreflightProcess, Depends(_preflight)]
 SeriesCacheDep = Annotated[SeriesCache, Depends(_series_cache)]
 ChannelDep = Annotated[LiveChannel, Depends(_channel)]
 DispatcherDep = Annotated[RunDispatcher, Depends(_dispatcher)]

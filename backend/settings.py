@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     )
     db_pool_size: int = Field(default=10, ge=1, le=1000, description="pooled database connections")
     db_max_overflow: int = Field(default=10, ge=0, le=1000, description="connections beyond the pool")
+    preflight_timeout_s: float = Field(
+        default=10.0, gt=0, description="a pre-flight estimate still running after this is stopped (422)"
+    )
     readiness_timeout_s: float = Field(
         default=2.0, gt=0, description="/readyz: a database connection must be free within this"
     )
