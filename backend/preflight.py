@@ -65,7 +65,8 @@ class PreflightProcess:
             try:
                 connection.send((config, workspace))
                 answered = await to_thread.run_sync(connection.poll, self.timeout_s)
-                status, payload = connection.recv() if answered else ("late", None)
+                reply: tuple[str, Any] = connection.recv() if answered else ("late", None)
+                status, payload = reply
             except BaseException:  # cancelled (the client left) or the child died: start afresh
                 self.stop()
                 raise

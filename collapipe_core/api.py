@@ -27,6 +27,7 @@ from collapipe_core.state import (
     build_environment,
     load_device_trace,
     observe,
+    pretrained_dir,
     update_queues,
 )
 from collapipe_core.validation import load_config
@@ -39,8 +40,11 @@ def environment(config: ExperimentConfig) -> Environment:
     """The static context of a run (devices, model costs, trace) — build once, observe many rounds."""
     from collapipe_core.data import vocab_sizes
 
-    src_vocab, tgt_size = vocab_sizes(config)
-    return build_environment(config, src_vocab, tgt_size, load_device_trace(config, Workspace.local()))
+    local = Workspace.local()
+    src_vocab, tgt_size = vocab_sizes(config, local)
+    return build_environment(
+        config, src_vocab, tgt_size, load_device_trace(config, local), pretrained_dir(config, local)
+    )
 
 
 def round_state(

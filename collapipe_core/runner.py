@@ -30,6 +30,7 @@ from collapipe_core.state import (
     build_environment,
     load_device_trace,
     observe,
+    pretrained_dir,
     update_queues,
 )
 from collapipe_core.workspace import Workspace
@@ -49,22 +50,24 @@ class RunSummary:
 
 
 def make_executor(config: ExperimentConfig, workspace: Workspace) -> tuple[Executor, Environment]:
-    """The configured executor and the environment it runs in (vocabularies come from the data)."""
+    """The configured executor and the environment it runs in (vocabularies come from the data; the
+    trace, the data files and the pretrained checkpoint are read through ``workspace``)."""
     from collapipe_core.data import load_dataset, vocab_sizes
 
     trace = load_device_trace(config, workspace)
+    pretrained = pretrained_dir(config, workspace)
     if config.executor in ("simulated", "distributed"):
-        bundle = load_dataset(config)
-        env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size, trace)
+        bundle = load_dataset(config, workspace)
+        env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size, trace, pretrained)
         if config.executor == "distributed":
             from collapipe_core.pipeline.distributed import DistributedExecutor
 
-            return DistributedExecutor(config, bundle), env
+            return DistributedExecutor(config, bundle, pretrained_dir=pretrained), env
         from collapipe_core.pipeline.simulated import SimulatedExecutor
 
-        return SimulatedExecutor(config, bundle), env
-    src_vocab, tgt_size = vocab_sizes(config)
-    return AnalyticExecutor(), build_environment(config, src_vocab, tgt_size, trace)
+        return SimulatedExecutor(config, bundle, pretrained_dir=pretrained), env
+    src_vocab, tgt_size = vocab_sizes(config, workspace)
+    return AnalyticExecutor(), build_environment(config, src_vocab, tgt_size, trace, pretrained)
 
 
 class Runner:

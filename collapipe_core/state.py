@@ -7,6 +7,7 @@ round's channel gains, device conditions and the Lyapunov virtual queues Q_k(t).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -113,14 +114,45 @@ def load_device_trace(config: ExperimentConfig, workspace: Workspace) -> DeviceT
         raise FileRefused("network.trace_file", name, f"{short(name)}, {err}") from None
 
 
+PRETRAINED_FIELD = "model.pretrained_path"
+
+
+def pretrained_dir(config: ExperimentConfig, workspace: Workspace) -> Path | None:
+    """The directory ``model.pretrained_path`` names, resolved through ``workspace`` and holding a
+    config.json; FileRefused naming the field (a Hub name or URL is never fetched)."""
+    from collapipe_core.models.hf.pretrained import checked_pretrained_dir, looks_like_hub_name
+
+    name = config.model.pretrained_path
+    if name is None:
+        return None
+    try:
+        directory = workspace.directory(PRETRAINED_FIELD, name)
+        return checked_pretrained_dir(directory)
+    except FileRefused as err:
+        hint = (
+            "; it looks like a Hugging Face Hub name, and CollaPipe never downloads models: save the model "
+            "with save_pretrained into a directory and give that"
+            if looks_like_hub_name(name)
+            else ""
+        )
+        raise FileRefused(err.field, name, err.message + hint) from None
+    except ValueError as err:
+        raise FileRefused(PRETRAINED_FIELD, name, str(err).removeprefix(f"{PRETRAINED_FIELD} ")) from None
+
+
 def build_environment(
-    config: ExperimentConfig, src_vocab: int, tgt_size: int, trace: DeviceTrace | None
+    config: ExperimentConfig,
+    src_vocab: int,
+    tgt_size: int,
+    trace: DeviceTrace | None,
+    pretrained: Path | None = None,
 ) -> Environment:
-    """The run's static context; ``trace`` is :func:`load_device_trace`'s (None: no trace)."""
+    """The run's static context; ``trace`` is :func:`load_device_trace`'s (None: no trace) and
+    ``pretrained`` :func:`pretrained_dir`'s (the checkpoint whose architecture the profile measures)."""
     scenario = build_scenario(config)
     return Environment(
         scenario=scenario,
-        profile=build_profile(config, src_vocab, tgt_size),
+        profile=build_profile(config, src_vocab, tgt_size, pretrained),
         settings=Settings.from_config(config),
         trace=trace,
     )

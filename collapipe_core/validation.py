@@ -32,7 +32,7 @@ from collapipe_core.costmodel.host import host_memory_bytes
 from collapipe_core.costmodel.profile import ModelProfile
 from collapipe_core.network import DeviceTrace
 from collapipe_core.quote import json_value, short
-from collapipe_core.state import build_environment, load_device_trace
+from collapipe_core.state import build_environment, load_device_trace, pretrained_dir
 from collapipe_core.workspace import FileRefused, Workspace
 
 
@@ -69,10 +69,82 @@ def parse_config(data: dict[str, Any], workspace: Workspace | None = None) -> Ex
         config = ExperimentConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError([_translate(e) for e in err.errors()]) from None
-    problems = check_config(config, workspace or Workspace.local())
+    workspace = workspace or Workspace.local()
+    config, problems = with_pretrained_sizes(config, workspace)
+    problems += check_config(config, workspace)
     if problems:
         raise ConfigError(problems)
     return config
+
+
+SIZE_FIELDS = (
+    "d_model",
+    "num_heads",
+    "num_kv_heads",
+    "ffn_dim",
+    "num_blocks",
+    "num_decoder_layers",
+    "vocab_size",
+)
+
+
+def with_pretrained_sizes(
+    config: ExperimentConfig, workspace: Workspace
+) -> tuple[ExperimentConfig, list[ConfigProblem]]:
+    """With ``model.pretrained_path``, the model's sizes are the checkpoint's: size fields the config
+    leaves out take config.json's values; a size field the config sets must agree with it (a problem
+    naming both otherwise), and the checkpoint's positions must hold seq_len (and bart's target_len)."""
+    m = config.model
+    if m.pretrained_path is None:
+        return config, []
+    from collapipe_core.models.hf.pretrained import pretrained_sizes
+
+    try:
+        directory = pretrained_dir(config, workspace)
+        assert directory is not None
+        sizes = pretrained_sizes(directory)
+    except FileRefused as err:
+        return config, [ConfigProblem(err.field, err.value, err.message)]
+    except ValueError as err:
+        return config, [ConfigProblem("model.pretrained_path", m.pretrained_path, str(err))]
+    name = short(m.pretrained_path)
+    if sizes.architecture != m.architecture:
+        return config, [
+            ConfigProblem(
+                "model.architecture",
+                m.architecture,
+                f"model.pretrained_path {name} holds a {sizes.architecture} model; set "
+                f"model.architecture: {sizes.architecture}",
+            )
+        ]
+    problems, updates = [], {}
+    for field in SIZE_FIELDS:
+        theirs = getattr(sizes, field)
+        if theirs is None:
+            continue
+        ours = getattr(m, field)
+        if field in m.model_fields_set and ours is not None and ours != theirs:
+            problems.append(
+                ConfigProblem(
+                    f"model.{field}",
+                    ours,
+                    f"conflicts with model.pretrained_path {name}, whose config.json gives {theirs}; "
+                    f"remove model.{field} (it is read from the checkpoint) or set it to {theirs}",
+                )
+            )
+        updates[field] = theirs
+    lengths = [("seq_len", m.seq_len)] + ([("target_len", m.target_len)] if m.kind == "seq2seq" else [])
+    for field, length in lengths:
+        if length > sizes.max_positions:
+            problems.append(
+                ConfigProblem(
+                    f"model.{field}",
+                    length,
+                    f"longer than the {sizes.max_positions} positions of model.pretrained_path {name}; "
+                    f"use at most {sizes.max_positions}",
+                )
+            )
+    return config.model_copy(update={"model": m.model_copy(update=updates)}), problems
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
@@ -92,6 +164,9 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
     return parse_config(data)
+
+
+_MODEL_FIELD = re.compile(r"^(model\.[a-z_]+(?:\.[a-z0-9_]+)?)\b")
 
 
 class _Loader(yaml.SafeLoader):
@@ -149,8 +224,6 @@ def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigP
             f"model.kind: {kind}",
         )
     # TODO(issue 14, in progress): transformers models, pydoc-topics and user files are wired next
-    if m.source == "transformers" or d.dataset in (*DATASETS_CAUSAL_LM, USER_FILES):
-        add("model.source", m.source, "transformers models and user datasets are not available yet")
     if m.kind == "seq2seq" and m.num_decoder_layers < 1:
         add(
             "model.num_decoder_layers", m.num_decoder_layers, "a seq2seq model needs at least 1 decoder layer"
@@ -175,13 +248,14 @@ def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigP
             f"exceeds scheduler.max_microbatches ({s.max_microbatches})",
         )
     problems.extend(_check_policy(config, workspace))
-    trace = None
+    trace = pretrained = None
     try:
         trace = load_device_trace(config, workspace)
+        pretrained = pretrained_dir(config, workspace)
     except FileRefused as err:
         add(err.field, err.value, err.message)
     if not problems:
-        problems.extend(_check_data_and_memory(config, workspace, trace))
+        problems.extend(_check_data_and_memory(config, workspace, trace, pretrained))
     return problems
 
 
@@ -214,15 +288,19 @@ def _check_policy(config: ExperimentConfig, workspace: Workspace) -> list[Config
 
 
 def _check_data_and_memory(
-    config: ExperimentConfig, workspace: Workspace, trace: DeviceTrace | None
+    config: ExperimentConfig, workspace: Workspace, trace: DeviceTrace | None, pretrained: Path | None
 ) -> list[ConfigProblem]:
-    from collapipe_core.data import dataset_size, vocab_sizes
+    from collapipe_core.data import DataError, dataset_size, load_dataset, vocab_sizes
 
     d, net = config.data, config.network
     problems: list[ConfigProblem] = []
     try:
-        available = dataset_size(config)
-        src_vocab, tgt_size = vocab_sizes(config)
+        if d.dataset in (USER_FILES, *DATASETS_CAUSAL_LM):
+            load_dataset(config, workspace)  # the files' every check, and the exact sample count
+        available = dataset_size(config, workspace)
+        src_vocab, tgt_size = vocab_sizes(config, workspace)
+    except DataError as err:
+        return [ConfigProblem(err.field, err.value, err.message)]
     except ValueError as err:
         return [ConfigProblem("data", d.dataset, str(err))]
     needed = d.eval_samples + net.num_clusters * d.samples_per_cluster
@@ -236,7 +314,12 @@ def _check_data_and_memory(
                 f"{config.model.seq_len}; lower data.samples_per_cluster or data.eval_samples",
             )
         )
-    env = build_environment(config, src_vocab, tgt_size, trace)
+    try:
+        env = build_environment(config, src_vocab, tgt_size, trace, pretrained)
+    except ValueError as err:  # the model cannot be built: a field the message names, or the model
+        message = str(err)
+        field = _MODEL_FIELD.match(message)
+        return [*problems, ConfigProblem(field.group(1) if field else "model", None, message)]
     problems.extend(host_memory_problems(config, env.profile, workspace.memory_limit_bytes))
     problems.extend(
         memory_problems(

@@ -101,6 +101,22 @@ class Workspace:
             raise missing
         return resolved
 
+    def directory(self, field_name: str, name: str) -> Path:
+        """The directory ``name`` refers to (a model checkpoint); FileRefused otherwise, with one answer
+        for missing, not-a-directory and outside-the-data-directory, as for files."""
+        if self.data_dir is None:
+            path = Path(name)
+            if not path.is_dir():
+                why = "does not exist" if not path.exists() else "is not a directory"
+                raise FileRefused(field_name, name, f"{short(name)} {why}")
+            return path
+        _check_name(field_name, name)
+        root = self.data_dir.resolve()
+        resolved = (root / name).resolve()
+        if not resolved.is_relative_to(root) or not resolved.is_dir():
+            raise FileRefused(field_name, name, f"no directory named {short(name)} in the data directory")
+        return resolved
+
     def read_bytes(self, field_name: str, name: str) -> bytes:
         """The file's content, refused (before reading) when it exceeds ``max_file_bytes``."""
         path = self.path(field_name, name)

@@ -17,9 +17,9 @@ from backend.metrics.schemas import TimelineEventOut, TimelineOut
 from backend.runs.segments import config_at, plan_segments
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel.chain import cluster_timeline
-from collapipe_core.data import vocab_sizes
+from collapipe_core.data import DataError, vocab_sizes
 from collapipe_core.decision import Decision
-from collapipe_core.state import build_environment, load_device_trace, observe
+from collapipe_core.state import build_environment, load_device_trace, observe, pretrained_dir
 from collapipe_core.workspace import FileRefused, Workspace
 
 
@@ -44,12 +44,14 @@ def timeline(session: Session, run: Run, round_index: int, cluster: int, workspa
         raise _invalid("round", round_index, f"used mode {decision.mode!r}: no pipeline to draw")
     try:
         trace = load_device_trace(config, workspace)
-    except FileRefused as err:
+        pretrained = pretrained_dir(config, workspace)
+        vocab = vocab_sizes(config, workspace)
+    except (FileRefused, DataError) as err:
         raise InvalidInput(
             f"cannot rebuild round {round_index}: {err}",
             [{"field": err.field, "value": err.value, "message": err.message}],
         ) from None
-    env = build_environment(config, *vocab_sizes(config), trace)
+    env = build_environment(config, *vocab, trace, pretrained)
     queues = np.zeros(env.scenario.shape)
     for row in repo.device_rows(session, run.id, round_index):
         queues[row.cluster, row.device] = row.queue

@@ -7,6 +7,9 @@ handling differs by kind: seq2seq drops words longer than ``seq_len`` or with mo
 CLS token) and drop texts that become duplicates within their language.
 
 Parsing and encoding are cached per process, keyed only on the config fields that change them.
+
+This module builds the character-level datasets; :mod:`~collapipe_core.data.pydoc_topics` and
+:mod:`~collapipe_core.data.user_files` build the tokenised ones into the same :class:`Corpus`.
 """
 
 from __future__ import annotations
@@ -14,23 +17,25 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, cast
 
 import numpy as np
 
-from collapipe_core.config import DATASETS, DATASETS_SEQ2SEQ, ExperimentConfig
+from collapipe_core.config import DATASET_KINDS, DATASETS, ExperimentConfig
 from collapipe_core.data import cmudict, po_catalogues, synthetic
 from collapipe_core.data.partition import Indices
 from collapipe_core.data.vocab import (
     BOS_ID,
     SPECIAL_TOKENS,
     IdMatrix,
+    SpecialIds,
     build_vocab,
     encode_rows,
     encode_targets,
 )
 
-Kind = Literal["seq2seq", "classifier"]
+Kind = Literal["seq2seq", "classifier", "causal_lm"]
+CHARACTER_SPECIALS = SpecialIds()
 LICENCES = {
     "cmudict": cmudict.LICENCE,
     "django-langid": po_catalogues.LICENCE,
@@ -60,15 +65,20 @@ class Corpus:
     src_vocab: tuple[str, ...]
     tgt_vocab: tuple[str, ...]  # seq2seq: id -> token; classifier: class names
     src: IdMatrix  # (n, seq_len)
-    tgt: IdMatrix  # seq2seq: (n, target_len + 1); classifier: (n,)
-    keys: Indices  # (n,) group of each sample for non-IID splits: label or first source token
+    tgt: IdMatrix  # seq2seq: (n, target_len + 1); classifier: (n,); causal_lm: (n, seq_len)
+    keys: Indices  # (n,) group of each sample for non-IID splits: label, first source token, topic ...
+    held_out: tuple[IdMatrix, IdMatrix] | None = None  # (src, tgt) kept apart from src/tgt (user files)
+    specials: SpecialIds = CHARACTER_SPECIALS
+    truncated_rows: int = 0  # user files: rows cut to fit the model's lengths
 
 
 def dataset_kind(name: str) -> Kind:
-    """The task kind of a dataset name; unknown names raise ValueError listing the known ones."""
+    """The task kind of a bundled dataset; unknown names raise ValueError listing the known ones."""
     if name not in DATASETS:
         raise ValueError(f"unknown data.dataset {name!r}; choose one of {', '.join(DATASETS)}")
-    return "seq2seq" if name in DATASETS_SEQ2SEQ else "classifier"
+    if name not in DATASET_KINDS:
+        raise ValueError(f"data.dataset {name!r} takes its kind from model.kind")
+    return cast(Kind, DATASET_KINDS[name])
 
 
 def corpus_key(config: ExperimentConfig) -> CorpusKey:

@@ -11,6 +11,10 @@
    in proportion to its own wishes over them (or to their remaining supply if it wanted none of
    them). No sample is ever used twice; the skew is softened only as much as the supply forces.
 Small alpha -> each cluster sees few groups; large alpha -> every cluster looks like the whole.
+
+:func:`split_samples` does all steps; :func:`hold_out` (step 1) and :func:`split_pool` (steps 2-4) are
+also called apart when the held-out rows must be known first (user files hold rows out before
+training a tokenizer) or come from another file.
 """
 
 from __future__ import annotations
@@ -66,6 +70,14 @@ def fit_supply(wanted: Floats, supply: Indices, samples_per_cluster: int) -> Ind
     raise AssertionError("fit_supply did not converge; supply must cover every cluster")
 
 
+def hold_out(num_samples: int, eval_samples: int, seed: int) -> tuple[Indices, Indices]:
+    """(held-out rows, the other rows in shuffled order): one seeded shuffle of ``range(num_samples)``."""
+    if eval_samples > num_samples:
+        raise ValueError(f"cannot hold out {eval_samples} of {num_samples} samples")
+    order = stream_rng(seed, "eval-split").permutation(num_samples)
+    return order[:eval_samples], order[eval_samples:]
+
+
 def split_samples(
     keys: Indices,
     *,
@@ -79,11 +91,33 @@ def split_samples(
     needed = eval_samples + num_clusters * samples_per_cluster
     if needed > keys.size:
         raise ValueError(f"{keys.size} samples cannot be split into {needed}")
-    order = stream_rng(seed, "eval-split").permutation(keys.size)
-    eval_rows, pool = order[:eval_samples], order[eval_samples:]
+    eval_rows, pool = hold_out(keys.size, eval_samples, seed)
+    clusters = split_pool(
+        keys,
+        pool,
+        num_clusters=num_clusters,
+        samples_per_cluster=samples_per_cluster,
+        dirichlet_alpha=dirichlet_alpha,
+        seed=seed,
+    )
+    return Split(eval_rows, clusters)
+
+
+def split_pool(
+    keys: Indices,
+    pool: Indices,
+    *,
+    num_clusters: int,
+    samples_per_cluster: int,
+    dirichlet_alpha: float | None,
+    seed: int,
+) -> tuple[Indices, ...]:
+    """One shard of row indices per cluster, drawn from ``pool`` (shuffled rows of ``keys``) (steps 2-4)."""
+    if num_clusters * samples_per_cluster > pool.size:
+        raise ValueError(f"{pool.size} samples cannot fill {num_clusters} x {samples_per_cluster}")
     if dirichlet_alpha is None:
         iid = pool[: num_clusters * samples_per_cluster].reshape(num_clusters, samples_per_cluster)
-        return Split(eval_rows, tuple(iid))
+        return tuple(iid)
 
     groups, pool_group = np.unique(keys[pool], return_inverse=True)
     supply = np.bincount(pool_group, minlength=groups.size)
@@ -101,4 +135,4 @@ def split_samples(
         for cluster in range(num_clusters):
             shards[cluster].append(members[ends[cluster] - counts[cluster, group] : ends[cluster]])
     mix = stream_rng(seed, "shard-order")  # interleave groups so a shard is not sorted by label
-    return Split(eval_rows, tuple(mix.permutation(np.concatenate(parts)) for parts in shards))
+    return tuple(mix.permutation(np.concatenate(parts)) for parts in shards)

@@ -4,11 +4,15 @@ Every vocabulary starts with the four special tokens (PAD=0, BOS=1, EOS=2, UNK=3
 from id 4 in sorted order, so the same data always gives the same ids. Classifiers use BOS as their
 CLS token at position 0 of the source. Vocabularies are built from a whole dataset, never from one
 split, so their size does not depend on the seed or on the cluster layout.
+
+Subword tokenizers (:mod:`collapipe_core.data.tokenization`) keep PAD/BOS/EOS/UNK at the same ids; a
+pretrained tokenizer brings its own (:class:`SpecialIds`), which the bundle carries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +21,15 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
 IdMatrix = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """The ids a dataset's tensors use for padding and sequence boundaries (defaults: the constants above)."""
+
+    pad: int | None = PAD_ID  # None: the tokenizer has no padding token (only causal_lm, never padded)
+    bos: int = BOS_ID  # also the classifier's CLS token at position 0
+    eos: int = EOS_ID
 
 
 def build_vocab(counts: Mapping[str, int], max_size: int | None = None) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
-"""The Transformers CollaPipe trains, in plain ``torch.nn``, and :func:`build_model`.
+"""The models CollaPipe trains, :func:`build_model` and :func:`build_skeleton`.
 
-Why ``torch.nn`` and not Hugging Face ``transformers``:
+``model.source: builtin`` (the default) builds CollaPipe's own Transformers in plain ``torch.nn``.
+Why ``torch.nn`` and not Hugging Face ``transformers`` for them:
 
 - the encoder block must be exactly the block the cost model counts: parameters 4d² + 2df + 9d + f
   and forward FLOPs per sample 2·s·(4d² + 2·d·f) + 4·s²·d, nothing hidden (no extra norms, biases,
@@ -14,20 +15,23 @@ Why ``torch.nn`` and not Hugging Face ``transformers``:
 Names follow ``BertConfig``/``BartConfig`` where they exist: ``d_model`` (hidden size), ``num_heads``,
 ``ffn_dim``. Every model exposes ``.embedding`` (CU), ``.blocks`` (the L TEBs), ``.head`` (edge) and
 ``forward(src, src_mask, dec_in=None) -> logits``; splitting lives in :mod:`collapipe_core.pipeline.split`.
+
+``model.source: transformers`` builds Hugging Face families instead (:mod:`.hf`, imported only then);
+they expose the same interface. The losses of every kind are in :mod:`.losses`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from ..config import ModelConfig
-from . import classifier, seq2seq
 from .blocks import Embedding, EncoderBlock, EncoderStackModel
 from .classifier import ClassifierHead, EncoderClassifier
-from .seq2seq import PAD_ID, DecoderBlock, Seq2SeqHead, Seq2SeqTransformer
+from .losses import PAD_ID, StepLoss, loss_for, source_mask, split_targets
+from .seq2seq import DecoderBlock, Seq2SeqHead, Seq2SeqTransformer
 
 __all__ = [
     "INIT_STD",
@@ -38,48 +42,95 @@ __all__ = [
     "EncoderBlock",
     "EncoderClassifier",
     "EncoderStackModel",
-    "LossFn",
     "Seq2SeqHead",
     "Seq2SeqTransformer",
+    "StepLoss",
     "build_model",
-    "classifier_loss_fn",
-    "loss_fn_for",
-    "seq2seq_loss_fn",
+    "build_skeleton",
+    "loss_for",
+    "source_mask",
+    "split_targets",
 ]
-
-LossFn = Callable[[Tensor, Tensor], Tensor]
-seq2seq_loss_fn: LossFn = seq2seq.loss_fn
-classifier_loss_fn: LossFn = classifier.loss_fn
 
 INIT_STD = 0.02
 
 
-def loss_fn_for(kind: str) -> LossFn:
-    """The loss of a model kind: "seq2seq" (token CE ignoring PAD) or "classifier" (CE)."""
-    losses = {"seq2seq": seq2seq_loss_fn, "classifier": classifier_loss_fn}
-    if kind not in losses:
-        raise ValueError(f"unknown model kind {kind!r}; expected one of {sorted(losses)}")
-    return losses[kind]
-
-
-def build_model(model_cfg: ModelConfig, src_vocab_size: int, tgt_size: int, seed: int) -> EncoderStackModel:
+def build_model(
+    model_cfg: ModelConfig,
+    vocab_size: int,
+    num_outputs: int,
+    seed: int,
+    *,
+    pad_id: int | None = PAD_ID,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    pretrained_dir: str | os.PathLike[str] | None = None,
+) -> EncoderStackModel:
     """Build the model of ``model_cfg`` with weights drawn from a generator seeded with ``seed``.
 
-    ``tgt_size`` is the target vocabulary (seq2seq) or the number of classes (classifier);
-    ``model_cfg.vocab_size``, when set, overrides ``src_vocab_size``. The global RNG is not used:
-    modules are created on the meta device and every parameter is then initialised explicitly, so the
-    same seed gives bitwise-identical weights.
+    ``vocab_size`` is the data's (source) vocabulary; ``num_outputs`` the target vocabulary (seq2seq,
+    causal_lm) or the number of classes (classifier). ``model.source: transformers`` builds the
+    Hugging Face ``model.architecture`` (:func:`.hf.build_hf_model`: special ids and ``pretrained_dir``,
+    default ``model.pretrained_path``, apply there). Builtin: ``model_cfg.vocab_size``, when set,
+    overrides ``vocab_size``; the global RNG is not used — modules are created on the meta device and
+    every parameter is then initialised explicitly, so the same seed gives bitwise-identical weights.
     """
-    vocab = model_cfg.vocab_size if model_cfg.vocab_size is not None else src_vocab_size
-    if vocab < 1 or tgt_size < 1:
-        raise ValueError(f"vocabulary and target sizes must be positive, got {vocab} and {tgt_size}")
+    if model_cfg.source == "transformers":
+        from .hf import build_hf_model  # imports transformers: builtin runs never pay for it
+
+        return build_hf_model(
+            model_cfg,
+            vocab_size,
+            num_outputs,
+            seed,
+            pad_id=pad_id,
+            bos_id=bos_id,
+            eos_id=eos_id,
+            pretrained_dir=pretrained_dir,
+        )
+    model = build_skeleton(model_cfg, vocab_size, num_outputs)
+    model.to_empty(device="cpu")
+    _init_weights(model, torch.Generator().manual_seed(seed))
+    return model
+
+
+def build_skeleton(
+    model_cfg: ModelConfig,
+    vocab_size: int,
+    num_outputs: int,
+    *,
+    pad_id: int | None = PAD_ID,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    pretrained_dir: str | os.PathLike[str] | None = None,
+) -> EncoderStackModel:
+    """The model :func:`build_model` builds, on the meta device: every shape and name, no storage.
+
+    Nothing is allocated or initialised, so it suits counting FLOPs (``FlopCounterMode``) and
+    activations of any size of model, and it is what the distributed ranks load stage weights into.
+    """
+    if model_cfg.source == "transformers":
+        from .hf import build_hf_skeleton
+
+        return build_hf_skeleton(
+            model_cfg,
+            vocab_size,
+            num_outputs,
+            pad_id=pad_id,
+            bos_id=bos_id,
+            eos_id=eos_id,
+            pretrained_dir=pretrained_dir,
+        )
+    vocab = model_cfg.vocab_size if model_cfg.vocab_size is not None else vocab_size
+    if vocab < 1 or num_outputs < 1:
+        raise ValueError(f"vocabulary and target sizes must be positive, got {vocab} and {num_outputs}")
     m = model_cfg
     model: EncoderStackModel
     with torch.device("meta"):
         if m.kind == "seq2seq":
             model = Seq2SeqTransformer(
                 src_vocab_size=vocab,
-                tgt_vocab_size=tgt_size,
+                tgt_vocab_size=num_outputs,
                 seq_len=m.seq_len,
                 target_len=m.target_len,
                 d_model=m.d_model,
@@ -89,10 +140,10 @@ def build_model(model_cfg: ModelConfig, src_vocab_size: int, tgt_size: int, seed
                 num_decoder_layers=m.num_decoder_layers,
                 dropout=m.dropout,
             )
-        else:
+        elif m.kind == "classifier":
             model = EncoderClassifier(
                 src_vocab_size=vocab,
-                num_classes=tgt_size,
+                num_classes=num_outputs,
                 seq_len=m.seq_len,
                 d_model=m.d_model,
                 num_heads=m.num_heads,
@@ -100,8 +151,8 @@ def build_model(model_cfg: ModelConfig, src_vocab_size: int, tgt_size: int, seed
                 num_encoder_blocks=m.num_blocks,
                 dropout=m.dropout,
             )
-    model.to_empty(device="cpu")
-    _init_weights(model, torch.Generator().manual_seed(seed))
+        else:
+            raise ValueError(f"the builtin models are seq2seq or classifier, not {m.kind}")
     return model
 
 

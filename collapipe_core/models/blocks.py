@@ -19,6 +19,8 @@ finite). Real data never produces that row: position 0 is always a real token (B
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -100,11 +102,15 @@ class EncoderBlock(nn.Module):
 
 
 class EncoderStackModel(nn.Module):
-    """embedding (CU) -> L TEBs (devices) -> head (edge server). Subclasses build the head."""
+    """embedding (CU) -> L blocks (devices) -> head (edge server). Subclasses build the parts.
+
+    The interface every split model has, builtin or Hugging Face (:mod:`.hf`): ``embedding(src) -> h``,
+    ``blocks[i](h, src_mask) -> h``, ``head(h, src_mask, dec_in=None) -> logits`` and ``kind``.
+    """
 
     kind: str
 
-    def __init__(self, embedding: Embedding, blocks: list[EncoderBlock], head: nn.Module) -> None:
+    def __init__(self, embedding: nn.Module, blocks: Sequence[nn.Module], head: nn.Module) -> None:
         super().__init__()
         self.embedding = embedding
         self.blocks = nn.ModuleList(blocks)

@@ -11,7 +11,6 @@ Parameters of :class:`ClassifierHead`: enc_norm 2d + pooler (d² + d) + classifi
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .blocks import Embedding, EncoderBlock, EncoderStackModel
@@ -58,8 +57,3 @@ class EncoderClassifier(EncoderStackModel):
             blocks=[EncoderBlock(d_model, num_heads, ffn_dim, dropout) for _ in range(num_encoder_blocks)],
             head=ClassifierHead(d_model, num_classes),
         )
-
-
-def loss_fn(logits: Tensor, target: Tensor) -> Tensor:
-    """Cross-entropy, mean over the batch. logits (B, C), target (B,) int64 class indices."""
-    return F.cross_entropy(logits, target)

@@ -1,7 +1,7 @@
 """Encoder-decoder Transformer: TEBs on the devices, the decoder and the LM head on the edge server.
 
 Shapes: B batch, S source length, T target length (≤ target_len), d d_model, f ffn_dim,
-V_tgt target vocabulary. Token id 0 is PAD in targets; the loss ignores it.
+V_tgt target vocabulary. PAD targets are ignored by the loss (:mod:`.losses`).
 
 Target padding is trailing (real tokens, then PAD): the causal self-attention then never lets a
 real position see a PAD, so the decoder needs no target padding mask. Outputs at PAD positions are
@@ -18,8 +18,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .blocks import Embedding, EncoderBlock, EncoderStackModel, key_padding_mask, merge_heads, split_heads
-
-PAD_ID = 0
 
 
 class DecoderBlock(nn.Module):
@@ -128,11 +126,3 @@ class Seq2SeqTransformer(EncoderStackModel):
                 tgt_vocab_size, target_len, d_model, num_heads, ffn_dim, num_decoder_layers, dropout
             ),
         )
-
-
-def loss_fn(logits: Tensor, target: Tensor) -> Tensor:
-    """Token cross-entropy, mean over non-PAD targets. logits (B, T, V_tgt), target (B, T) int64.
-
-    A batch whose targets are all PAD has no token to average over and gives NaN.
-    """
-    return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=PAD_ID)

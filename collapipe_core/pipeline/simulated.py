@@ -3,27 +3,30 @@
 Per round and cluster n: load the global weights, cut the model by the cluster's segments δ, and run I
 local iterations; each iteration draws M·b samples of the cluster's shard (seeded by run seed, round,
 cluster and iteration), pushes M micro-batches of b through the stages (CU embedding → device
-segments → edge head) accumulating gradients, and takes one optimizer step. The clusters' models are
-then averaged with FedAvg weighted by data size and evaluated on the held-out set. Each cluster keeps
-its own optimizer state across rounds. Timings, energy and memory are the cost model's.
+segments → edge head) accumulating the gradient of the step's token-weighted loss (Σ loss terms of
+all M micro-batches / their number, :mod:`collapipe_core.models.losses`), and takes one optimizer
+step. The clusters' models are then averaged with FedAvg weighted by data size and evaluated on the
+held-out set. Each cluster keeps its own optimizer state across rounds. Timings, energy and memory
+are the cost model's.
 
 The ``fl`` baseline's decisions (mode "replicated", data parallel inside a cluster) compute the same
-gradient (the mean over the same M·b samples), so they train through the same path.
+gradient (the loss over the same M·b samples), so they train through the same path.
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from collapipe_core.config import ExperimentConfig
-from collapipe_core.data import PAD_ID, DatasetBundle, batch_indices
+from collapipe_core.data import DatasetBundle, batch_indices
 from collapipe_core.decision import Decision
 from collapipe_core.federated.fedavg import fedavg
-from collapipe_core.models import EncoderStackModel, build_model, loss_fn_for
+from collapipe_core.models import EncoderStackModel, build_model, loss_for, source_mask
 from collapipe_core.pipeline.executor import TrainingOutcome
 from collapipe_core.pipeline.quality import evaluate_model
 from collapipe_core.pipeline.split import accumulate_microbatches, split_model
@@ -45,13 +48,24 @@ def _seed(*words: int) -> int:
 class SimulatedExecutor:
     name = "simulated"
 
-    def __init__(self, config: ExperimentConfig, bundle: DatasetBundle) -> None:
+    def __init__(
+        self, config: ExperimentConfig, bundle: DatasetBundle, pretrained_dir: Path | None = None
+    ) -> None:
+        """``pretrained_dir``: model.pretrained_path resolved by the run's workspace."""
         self.config = config
         self.bundle = bundle
+        self.pad_id = bundle.pad_id  # the data's padding id (None: windows without padding)
         self.model: EncoderStackModel = build_model(
-            config.model, bundle.src_vocab_size, bundle.tgt_vocab_size, config.seed
+            config.model,
+            bundle.src_vocab_size,
+            bundle.tgt_vocab_size,
+            config.seed,
+            pad_id=self.pad_id,
+            bos_id=bundle.bos_id,
+            eos_id=bundle.eos_id,
+            pretrained_dir=pretrained_dir,
         )
-        self.loss_fn = loss_fn_for(config.model.kind)
+        self.loss = loss_for(config.model.kind, pad_id=self.pad_id)
         self.global_state = copy.deepcopy(self.model.state_dict())
         self.optimizer_states: list[dict[str, Any] | None] = [None] * len(bundle.shards)
 
@@ -74,7 +88,7 @@ class SimulatedExecutor:
                 src, tgt = shard.src[idx], shard.tgt[idx]
                 optimizer.zero_grad(set_to_none=True)
                 cluster_loss += accumulate_microbatches(
-                    stages, self.loss_fn, src, src != PAD_ID, tgt, cluster.num_microbatches
+                    stages, self.loss, src, source_mask(src, self.pad_id), tgt, cluster.num_microbatches
                 )
                 optimizer.step()
             losses.append(cluster_loss / state.settings.local_iterations)
@@ -83,7 +97,13 @@ class SimulatedExecutor:
         sizes = [len(shard) for shard in self.bundle.shards]
         self.global_state = fedavg(cluster_states, sizes)
         self.model.load_state_dict(self.global_state)
-        eval_loss, metrics = evaluate_model(self.model, self.bundle.eval)
+        eval_loss, metrics = evaluate_model(
+            self.model,
+            self.bundle.eval,
+            pad_id=self.pad_id,
+            bos_id=self.bundle.bos_id,
+            eos_id=self.bundle.eos_id,
+        )
         train_loss = float(np.average(losses, weights=sizes))
         return TrainingOutcome(train_loss=train_loss, eval_loss=eval_loss, eval_metrics=metrics)
 

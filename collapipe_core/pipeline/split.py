@@ -12,20 +12,27 @@ decoder ids as keyword inputs that the schedule chunks per micro-batch):
 - segment k: ``forward(h, *, src_mask) -> h``; a device with 0 blocks gets an empty segment that
   returns ``h`` itself;
 - head: ``forward(h, *, src_mask, dec_in=None) -> logits``.
+
+Tied weights (a Hugging Face model's input embedding and LM head, :mod:`collapipe_core.models.hf`) are
+one ``Parameter`` held by the embedding stage and the head stage, under a different name in each (both
+are keys of ``model.state_dict()``). In one process its gradient accumulates once from both uses;
+:func:`tied_parameter_names` lists them for the distributed executor, whose CU and edge ranks hold a
+copy each and must sum the two gradients after every step.
+
+:func:`accumulate_microbatches` trains one step with the loss of :mod:`collapipe_core.models.losses`:
+Σ over micro-batches of the summed loss terms, divided by the step's number of terms.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from ..models import EncoderStackModel
-
-LossFn = Callable[[Tensor, Tensor], Tensor]
+from ..models import EncoderStackModel, StepLoss, split_targets
 
 
 def plan_segments(num_blocks: Sequence[int]) -> tuple[range, ...]:
@@ -143,20 +150,53 @@ def stage_param_names(model: EncoderStackModel, num_blocks: Sequence[int]) -> di
     return names
 
 
+def tied_parameter_names(stages: Stages) -> list[tuple[str, ...]]:
+    """Parameters held by more than one stage: each one's names in the stages that hold it, in stage order.
+
+    >>> tied_parameter_names(split_model(gpt2, [2, 1]))  # doctest: +SKIP
+    [('embedding.wte.weight', 'head.lm_head.weight')]
+    """
+    names: dict[int, list[str]] = {}
+    for stage in stages.in_order():
+        for name, p in stage.named_parameters():
+            names.setdefault(id(p), []).append(name)
+    return [tuple(found) for found in names.values() if len(found) > 1]
+
+
+def parameter_aliases(module: nn.Module) -> dict[str, str]:
+    """A tied parameter's further names in ``module.state_dict()`` -> its name in ``named_parameters()``.
+
+    A tied parameter is listed once by ``named_parameters()`` (its first name) but under each of its
+    names by ``state_dict()``; weights shipped by state-dict name must be tied again after loading.
+    """
+    canonical: dict[int, str] = {id(p): name for name, p in module.named_parameters()}
+    return {
+        name: canonical[id(t)]
+        for name, t in module.state_dict(keep_vars=True).items()
+        if isinstance(t, nn.Parameter) and canonical.get(id(t), name) != name
+    }
+
+
+def tie_parameters(module: nn.Module, aliases: dict[str, str]) -> None:
+    """Make each alias (``parameter_aliases``) the very ``Parameter`` of its canonical name again."""
+    for alias, name in aliases.items():
+        owner, _, attr = alias.rpartition(".")
+        module.get_submodule(owner).register_parameter(attr, module.get_parameter(name))
+
+
 def accumulate_microbatches(
-    stages: Stages, loss_fn: LossFn, src: Tensor, src_mask: Tensor, tgt: Tensor, num_microbatches: int
+    stages: Stages, loss: StepLoss, src: Tensor, src_mask: Tensor, tgt: Tensor, num_microbatches: int
 ) -> float:
-    """Forward and backward ``num_microbatches`` equal chunks of the batch; return the mean loss.
+    """Forward and backward ``num_microbatches`` equal chunks of the batch; return the step's loss.
 
-    Each chunk's loss is divided by ``num_microbatches`` before ``backward``, so ``.grad`` accumulates
-    (it is not zeroed here) the gradient of the mean of per-micro-batch mean losses — what GPipe/1F1B
-    under ``torch.distributed.pipelining`` computes with a mean ``loss_fn`` and ``scale_grads=True``.
-    For the classifier, and for seq2seq without target padding, that equals the full-batch gradient.
-    With target padding the micro-batches hold different numbers of real tokens, and the mean of
-    their means is not the mean over all tokens.
+    The step's loss is L = Σ_m loss.sum(chunk m) / N, N = ``loss.num_terms`` of the whole batch (non-PAD
+    target tokens, or samples): each chunk's backward is of ``loss.sum(chunk) / N``, so ``.grad``
+    accumulates (it is not zeroed here) ∇L — the gradient of the whole batch's token-weighted mean,
+    however the padding falls into chunks. ``torch.distributed.pipelining`` computes the same with that
+    ``loss_fn`` and ``scale_grads=False``.
 
-    Seq2seq: ``tgt`` is (B, T+1); ``dec_in = tgt[:, :-1]`` and the labels are ``tgt[:, 1:]``.
-    Classifier: ``tgt`` is (B,) class indices.
+    Targets as :func:`collapipe_core.models.split_targets` reads them: seq2seq ``tgt`` (B, T+1),
+    causal_lm (B, S) next tokens, classifier (B,) classes.
     """
     batch = src.shape[0]
     if num_microbatches < 1 or batch % num_microbatches:
@@ -169,15 +209,15 @@ def accumulate_microbatches(
             f"src ({batch}), src_mask ({src_mask.shape[0]}) and tgt ({tgt.shape[0]}) "
             "must have the same batch size"
         )
+    if loss.kind != stages.kind:
+        raise ValueError(f"a {loss.kind} loss cannot train a {stages.kind} model")
+    num_terms = loss.checked_terms(split_targets(stages.kind, tgt)[1])  # N of the whole step
     size = batch // num_microbatches
     total = 0.0
     chunks = (torch.split(t, size) for t in (src, src_mask, tgt))
     for src_mb, mask_mb, tgt_mb in zip(*chunks, strict=True):
-        if stages.kind == "seq2seq":
-            dec_in, labels = tgt_mb[:, :-1], tgt_mb[:, 1:]
-        else:
-            dec_in, labels = None, tgt_mb
-        loss = loss_fn(stages.forward_chain(src_mb, mask_mb, dec_in), labels)
-        torch.autograd.backward(loss / num_microbatches)
-        total += loss.item()
-    return total / num_microbatches
+        dec_in, labels = split_targets(stages.kind, tgt_mb)
+        part = loss.sum(stages.forward_chain(src_mb, mask_mb, dec_in), labels) / num_terms
+        torch.autograd.backward(part)
+        total += part.item()
+    return total

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,9 +27,9 @@ import torch
 
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel import link_rate_bps
-from collapipe_core.data import PAD_ID, DatasetBundle, batch_indices
+from collapipe_core.data import DatasetBundle, batch_indices
 from collapipe_core.decision import Decision
-from collapipe_core.models import EncoderStackModel, build_model
+from collapipe_core.models import EncoderStackModel, build_model, source_mask
 from collapipe_core.pipeline.distributed import protocol as p
 from collapipe_core.pipeline.distributed.launch import WorkerPool
 from collapipe_core.pipeline.distributed.plan import (
@@ -42,6 +43,7 @@ from collapipe_core.pipeline.distributed.stages import stage_module
 from collapipe_core.pipeline.executor import TrainingOutcome
 from collapipe_core.pipeline.quality import evaluate_model
 from collapipe_core.pipeline.simulated import make_optimizer
+from collapipe_core.pipeline.split import parameter_aliases
 from collapipe_core.state import RoundState
 
 
@@ -70,18 +72,34 @@ class DistributedExecutor:
     name = "distributed"
 
     def __init__(
-        self, config: ExperimentConfig, bundle: DatasetBundle, options: DistributedOptions | None = None
+        self,
+        config: ExperimentConfig,
+        bundle: DatasetBundle,
+        options: DistributedOptions | None = None,
+        pretrained_dir: Path | None = None,
     ) -> None:
+        """``pretrained_dir``: model.pretrained_path resolved by the run's workspace (every host running
+        ranks reads its config.json at the same path)."""
         self.config = config
         self.bundle = bundle
         self.options = options or DistributedOptions()
+        self.pad_id = bundle.pad_id  # the data's padding id (None: windows without padding)
+        self.pretrained_dir = pretrained_dir
         self.model: EncoderStackModel = build_model(
-            config.model, bundle.src_vocab_size, bundle.tgt_vocab_size, config.seed
+            config.model,
+            bundle.src_vocab_size,
+            bundle.tgt_vocab_size,
+            config.seed,
+            pad_id=self.pad_id,
+            bos_id=bundle.bos_id,
+            eos_id=bundle.eos_id,
+            pretrained_dir=pretrained_dir,
         )
         self.global_state = copy.deepcopy(self.model.state_dict())
         self.optimizer_states: list[dict[str, Any] | None] = [None] * len(bundle.shards)
         self.layout = Layout(config.network.num_clusters, config.network.devices_per_cluster)
         self.param_names = [name for name, _ in self.model.named_parameters()]
+        self.aliases = parameter_aliases(self.model)  # a tied parameter's further state-dict names
         self.param_groups = make_optimizer(config, self.model).state_dict()["param_groups"]
         self.last_gradients: list[dict[str, torch.Tensor]] = []  # per cluster (report_gradients)
         self.last_details: dict[str, dict[str, list[float]]] = {}  # per participant, per micro-batch
@@ -143,6 +161,10 @@ class DistributedExecutor:
                 concurrent_clusters=o.concurrent_clusters,
                 track_tensor_bytes=o.track_tensor_bytes,
                 report_gradients=o.report_gradients,
+                pad_id=self.pad_id,
+                bos_id=self.bundle.bos_id,
+                eos_id=self.bundle.eos_id,
+                pretrained_dir=None if self.pretrained_dir is None else str(self.pretrained_dir),
             )
             self._pool = WorkerPool(
                 spec,
@@ -178,11 +200,12 @@ class DistributedExecutor:
             for it in range(state.settings.local_iterations):
                 idx = batch_indices(len(shard), plan.num_microbatches * b, (self.config.seed, t, n, it))
                 src, tgt = shard.src[idx], shard.tgt[idx]
-                batches.append({"src": src, "src_mask": src != PAD_ID, "tgt": tgt})
+                batches.append({"src": src, "src_mask": source_mask(src, self.pad_id), "tgt": tgt})
             for rank in plan.ranks:
                 _, role, k = self.layout.locate(rank)
                 block_range = plan.block_ranges.get(rank)
-                names = [name for name, _ in stage_module(self.model, role, block_range).named_parameters()]
+                module = stage_module(self.model, role, block_range)
+                names = [name for name, _ in module.named_parameters()]
                 wanted = {"cu": ("src",), "device": ("src_mask",), "edge": ("src_mask", "tgt")}[role]
                 rate: float | None = None
                 if self.options.link_emulation:
@@ -195,8 +218,10 @@ class DistributedExecutor:
                     cluster=n,
                     role=role,
                     block_range=block_range,
-                    weights={name: self.global_state[name] for name in names},
-                    optimizer_state=slice_optimizer_state(self.optimizer_states[n], self.param_names, names),
+                    weights={name: self.global_state[name] for name in module.state_dict()},
+                    optimizer_state=slice_optimizer_state(
+                        self.optimizer_states[n], self.param_names, names, self.aliases
+                    ),
                     batches=[{key: batch[key] for key in wanted} for batch in batches],
                     dropout_seed=_seed(self.config.seed, t, n, 0xD0, plan.stage_index(rank)),
                     send_rate_bps=rate,
@@ -231,19 +256,22 @@ class DistributedExecutor:
         for plan in plans:
             optimizer_states.append(
                 merge_optimizer_states(
-                    [reports[r].optimizer_state for r in plan.ranks], self.param_names, self.param_groups
+                    [reports[r].optimizer_state for r in plan.ranks],
+                    self.param_names,
+                    self.param_groups,
+                    self.aliases,
                 )
             )
             cluster_loss = 0.0
-            for step in reports[plan.ranks[-1]].losses:  # the edge server's, as accumulate_microbatches sums
+            for step in reports[plan.ranks[-1]].losses:  # the edge server's: sum / N per micro-batch
                 total = 0.0
-                for loss in step:
+                for loss in step:  # in order, as accumulate_microbatches adds them
                     total += loss
-                cluster_loss += total / plan.num_microbatches
+                cluster_loss += total
             losses.append(cluster_loss / state.settings.local_iterations)
             grads: dict[str, torch.Tensor] = {}
-            for rank in plan.ranks:
-                grads.update(reports[rank].gradients)
+            for rank in plan.ranks:  # a tied parameter's (all-reduced, equal) gradient under its model name
+                grads.update({self.aliases.get(n, n): g for n, g in reports[rank].gradients.items()})
                 measured[self.layout.participant_id(rank)] = dict(reports[rank].measured)
                 details[self.layout.participant_id(rank)] = reports[rank].details
             gradients.append(grads)
@@ -252,7 +280,13 @@ class DistributedExecutor:
         self.last_gradients = gradients
         self.last_details = details
         self.model.load_state_dict(self.global_state)
-        eval_loss, metrics = evaluate_model(self.model, self.bundle.eval)
+        eval_loss, metrics = evaluate_model(
+            self.model,
+            self.bundle.eval,
+            pad_id=self.pad_id,
+            bos_id=self.bundle.bos_id,
+            eos_id=self.bundle.eos_id,
+        )
         sizes = [len(shard) for shard in self.bundle.shards]
         train_loss = float(np.average(losses, weights=sizes))
         return TrainingOutcome(

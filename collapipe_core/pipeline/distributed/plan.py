@@ -137,16 +137,21 @@ def plan_round(layout: Layout, decision: Decision, schedule: Schedule) -> tuple[
 
 
 def slice_optimizer_state(
-    full: Mapping[str, Any] | None, param_names: Sequence[str], names: Sequence[str]
+    full: Mapping[str, Any] | None,
+    param_names: Sequence[str],
+    names: Sequence[str],
+    aliases: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]] | None:
     """Per-parameter optimizer state of ``names``, keyed by parameter name (None: no state yet).
 
     ``full`` is ``optimizer.state_dict()`` of an optimizer over the whole model, whose parameter i is
-    ``param_names[i]``.
+    ``param_names[i]``. ``aliases`` maps a tied parameter's further names (the edge server's name of the
+    LM head tied to the CU's embedding) to its name in ``param_names``.
     """
     if full is None:
         return None
     index = {name: i for i, name in enumerate(param_names)}
+    index.update({alias: index[name] for alias, name in (aliases or {}).items()})
     state = full["state"]
     return {name: dict(state[index[name]]) for name in names if index[name] in state}
 
@@ -155,16 +160,24 @@ def merge_optimizer_states(
     slices: Sequence[Mapping[str, Mapping[str, Any]]],
     param_names: Sequence[str],
     param_groups: Sequence[Mapping[str, Any]],
+    aliases: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole-model ``optimizer.state_dict()`` assembled from the ranks' name-keyed slices.
 
     ``param_groups`` is the whole-model optimizer's groups (hyper-parameters and parameter indices).
+    A tied parameter (``aliases``, as :func:`slice_optimizer_state`) comes from the CU and from the edge
+    server, which stepped it identically; the first rank's state is kept.
     """
+    aliases = aliases or {}
     index = {name: i for i, name in enumerate(param_names)}
+    index.update({alias: index[name] for alias, name in aliases.items()})
+    tied = set(aliases) | set(aliases.values())
     state: dict[int, dict[str, Any]] = {}
     for part in slices:
         for name, entry in part.items():
             if index[name] in state:
+                if name in tied:
+                    continue
                 raise ValueError(f"optimizer state of {name!r} came from two ranks")
             state[index[name]] = dict(entry)
     return {"state": dict(sorted(state.items())), "param_groups": [dict(g) for g in param_groups]}

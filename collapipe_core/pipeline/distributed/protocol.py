@@ -110,6 +110,10 @@ class WorldSpec:
     concurrent_clusters: bool
     track_tensor_bytes: bool
     report_gradients: bool
+    pad_id: int | None = 0  # the data's padding id (None: no padding): masks and the loss
+    bos_id: int | None = None  # the data's special ids (models that need them: bart)
+    eos_id: int | None = None
+    pretrained_dir: str | None = None  # model.pretrained_path resolved: its config.json, read by every rank
 
 
 @dataclass(frozen=True)

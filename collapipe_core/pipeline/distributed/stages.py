@@ -6,9 +6,15 @@ gradient buffers exist); fixed padded shapes (S = seq_len, T = target_len) and m
 b samples; the masks and the decoder input ids as keyword inputs of ``step()`` (chunked per micro-batch
 and passed to every rank's stage); plain tensors between stages.
 
+The loss is the step's token-weighted mean (:mod:`collapipe_core.models.losses`): the schedule's
+``loss_fn`` is :class:`MicrobatchLoss`, a micro-batch's summed loss divided by the number of loss terms
+of the whole step (counted by :func:`run_step` before the step), with ``scale_grads=False`` — the
+gradients and the summed losses equal :func:`collapipe_core.pipeline.split.accumulate_microbatches`'.
+
 The rank's model is a skeleton on the meta device: :func:`materialize` loads the round's weights into
 just the stage's submodules (``assign=True``: the shipped tensors become the parameters, nothing else
-is allocated) and :func:`release` turns them back into meta tensors when the round is over.
+is allocated) and :func:`release` turns them back into meta tensors when the round is over; both keep
+tied parameters tied. :func:`tied_locally` names the parameters the CU and the edge server share.
 """
 
 from __future__ import annotations
@@ -25,10 +31,18 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 from collapipe_core.config import ModelConfig
-from collapipe_core.models import EncoderStackModel
+from collapipe_core.models import EncoderStackModel, StepLoss, split_targets
 from collapipe_core.pipeline.distributed.measure import RecvPrefetch, StepClock
 from collapipe_core.pipeline.distributed.plan import Role, Schedule
-from collapipe_core.pipeline.split import EmbeddingStage, HeadStage, SegmentStage
+from collapipe_core.pipeline.split import (
+    EmbeddingStage,
+    HeadStage,
+    SegmentStage,
+    parameter_aliases,
+    split_model,
+    tie_parameters,
+    tied_parameter_names,
+)
 
 FaultHook = Callable[[int], None]
 
@@ -41,18 +55,28 @@ class StageShapes:
     seq_len: int  # S, sources are padded to it
     d_model: int
     target_len: int  # T: decoder input length (seq2seq)
-    num_outputs: int  # target vocabulary (seq2seq) or classes (classifier)
+    num_outputs: int  # target vocabulary (seq2seq, causal_lm) or classes (classifier)
     kind: str
 
     @staticmethod
-    def of(model: ModelConfig, microbatch_size: int, num_outputs: int) -> StageShapes:
+    def measure(model: EncoderStackModel, config: ModelConfig, microbatch_size: int) -> StageShapes:
+        """The shapes of ``model`` on the meta device (the rank's skeleton): d and the output size.
+
+        Read from the model rather than the config: a pretrained model's sizes are its config.json's.
+        """
+        src = torch.zeros(1, config.seq_len, dtype=torch.long, device="meta")
+        mask = torch.ones(1, config.seq_len, dtype=torch.bool, device="meta")
+        dec_in = torch.zeros(1, config.target_len, dtype=torch.long, device="meta")
+        with torch.no_grad():
+            hidden = model.embedding(src)  # (1, S, d)
+            logits = model(src, mask, dec_in if config.kind == "seq2seq" else None)  # (1, [T or S,] out)
         return StageShapes(
             microbatch_size=microbatch_size,
-            seq_len=model.seq_len,
-            d_model=model.d_model,
-            target_len=model.target_len,
-            num_outputs=num_outputs,
-            kind=model.kind,
+            seq_len=config.seq_len,
+            d_model=int(hidden.shape[-1]),
+            target_len=config.target_len,
+            num_outputs=int(logits.shape[-1]),
+            kind=config.kind,
         )
 
     def hidden(self, device: torch.device) -> Tensor:
@@ -62,9 +86,11 @@ class StageShapes:
         )
 
     def logits(self, device: torch.device) -> Tensor:
-        """(b, T, V) for seq2seq, (b, C) for the classifier."""
+        """(b, T, V) for seq2seq, (b, S, V) for a causal LM, (b, C) for the classifier."""
         if self.kind == "seq2seq":
             shape: tuple[int, ...] = (self.microbatch_size, self.target_len, self.num_outputs)
+        elif self.kind == "causal_lm":
+            shape = (self.microbatch_size, self.seq_len, self.num_outputs)
         else:
             shape = (self.microbatch_size, self.num_outputs)
         return torch.zeros(shape, device=device, requires_grad=True)
@@ -91,19 +117,43 @@ def stage_module(model: EncoderStackModel, role: Role, block_range: range | None
 
 
 def materialize(module: nn.Module, weights: Mapping[str, Tensor]) -> None:
-    """Make ``module``'s (meta) parameters the given tensors; every parameter must be given."""
-    expected = {name for name, _ in module.named_parameters()} | {name for name, _ in module.named_buffers()}
+    """Make ``module``'s (meta) state the given tensors; every ``state_dict()`` entry must be given.
+
+    That is every parameter and persistent buffer, a tied parameter under each of its names (then tied
+    again: one ``Parameter``). Non-persistent buffers stay on meta: no stage reads them (the Hugging Face
+    parts pass positions explicitly and keep LLaMA's rotary frequencies outside the module tree).
+    """
+    expected = set(module.state_dict())
     if set(weights) != expected:
         missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
         raise ValueError(f"stage weights do not match the stage: missing {missing}, unexpected {extra}")
+    aliases = parameter_aliases(module)
     module.load_state_dict(dict(weights), assign=True)
+    tie_parameters(module, aliases)
 
 
 def release(module: nn.Module) -> None:
-    """Free the stage's tensors: parameters (and gradients) become meta tensors again."""
+    """Free the stage's tensors: parameters (and gradients) become meta tensors again, still tied."""
+    aliases = parameter_aliases(module)
     for p in module.parameters():
         p.grad = None
     module.to("meta")
+    tie_parameters(module, aliases)
+
+
+def tied_locally(model: EncoderStackModel, role: Role) -> list[str]:
+    """Names, in ``role``'s stage, of the parameters it shares with another rank of its pipeline.
+
+    Tied weights (input embedding and LM head) live on the CU and on the edge server; after each step
+    the two ranks all-reduce (sum) these gradients, which then equal the single-process gradient.
+    """
+    if role == "device":
+        return []
+    names = tied_parameter_names(split_model(model, [len(model.blocks)]))
+    for tied in names:
+        if len(tied) != 2 or not (tied[0].startswith("embedding.") and tied[1].startswith("head.")):
+            raise NotImplementedError(f"only the embedding and the head may share a parameter, not {tied}")
+    return [tied[0] if role == "cu" else tied[1] for tied in names]
 
 
 class TimedStage(PipelineStage):
@@ -191,7 +241,25 @@ def build_schedule(
         group=group,
     )
     cls = Schedule1F1B if schedule == "1f1b" else ScheduleGPipe
-    return cls(stage, n_microbatches=num_microbatches, loss_fn=loss_fn)
+    # loss_fn divides by the step's number of loss terms itself (MicrobatchLoss), so no 1/M scaling
+    return cls(stage, n_microbatches=num_microbatches, loss_fn=loss_fn, scale_grads=False)
+
+
+class MicrobatchLoss:
+    """The schedule's ``loss_fn``: ``loss.sum(micro-batch) / N``, N the step's number of loss terms.
+
+    :func:`run_step` sets N from the step's labels before the step; the losses the schedule reports then
+    add up to the step's loss.
+    """
+
+    def __init__(self, loss: StepLoss) -> None:
+        self.loss = loss
+        self.num_terms = 0
+
+    def __call__(self, logits: Tensor, labels: Tensor) -> Tensor:
+        if self.num_terms < 1:
+            raise RuntimeError("MicrobatchLoss used before run_step counted the step's loss terms")
+        return self.loss.sum(logits, labels) / self.num_terms
 
 
 def run_step(
@@ -200,24 +268,26 @@ def run_step(
     kind: str,
     batch: Mapping[str, Tensor],
     losses: list[Tensor],
+    loss: MicrobatchLoss | None = None,
 ) -> None:
     """One pipeline iteration with the rank's part of the batch.
 
     CU: ``src``; device: ``src_mask``; edge: ``src_mask`` and ``tgt`` (seq2seq: decoder input
-    ``tgt[:, :-1]``, labels ``tgt[:, 1:]``; classifier: labels).
+    ``tgt[:, :-1]``, labels ``tgt[:, 1:]``; causal_lm and classifier: labels), and ``loss``, the
+    schedule's loss_fn, which learns the step's number of loss terms here.
     """
     if role == "cu":
         sched.step(batch["src"], return_outputs=False)
     elif role == "device":
         sched.step(src_mask=batch["src_mask"], return_outputs=False)
-    elif kind == "seq2seq":
-        tgt = batch["tgt"]
-        sched.step(
-            src_mask=batch["src_mask"],
-            dec_in=tgt[:, :-1],
-            target=tgt[:, 1:],
-            losses=losses,
-            return_outputs=False,
-        )
     else:
-        sched.step(src_mask=batch["src_mask"], target=batch["tgt"], losses=losses, return_outputs=False)
+        if loss is None:
+            raise ValueError("the edge server's step needs its MicrobatchLoss")
+        dec_in, labels = split_targets(kind, batch["tgt"])
+        loss.num_terms = loss.loss.checked_terms(labels)
+        if dec_in is None:
+            sched.step(src_mask=batch["src_mask"], target=labels, losses=losses, return_outputs=False)
+        else:
+            sched.step(
+                src_mask=batch["src_mask"], dec_in=dec_in, target=labels, losses=losses, return_outputs=False
+            )

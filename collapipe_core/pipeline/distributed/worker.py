@@ -5,7 +5,8 @@ rendezvous store), ``WORLD_SIZE``, ``RANK`` and optionally ``LOCAL_RANK`` — by
 host (:mod:`.launch`) or by any launcher on other hosts (docs/distributed.md). A rank joins the process
 group, builds the model skeleton on the meta device, then serves rounds until told to stop:
 
-1. create the process group of every cluster's pipeline this round (all ranks, same order);
+1. create the process group of every cluster's pipeline this round (all ranks, same order; a model
+   with tied weights also has one group per cluster of its CU and edge server, made at start-up);
 2. the cluster's ranks train their stages for I iterations with the torch schedule; clusters run one
    after the other (a world barrier between them) unless ``concurrent_clusters``;
 3. FedAvg: each scheduled rank sends its trained parameters to its CU; the CUs all-reduce the
@@ -22,6 +23,7 @@ hang in the middle of that round's first pipeline step.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -35,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from collapipe_core.models import EncoderStackModel, build_model, loss_fn_for
+from collapipe_core.models import EncoderStackModel, build_skeleton, loss_for
 from collapipe_core.pipeline.distributed import protocol as p
 from collapipe_core.pipeline.distributed.link import LinkEmulator
 from collapipe_core.pipeline.distributed.measure import (
@@ -50,12 +52,14 @@ from collapipe_core.pipeline.distributed.measure import (
 )
 from collapipe_core.pipeline.distributed.plan import ClusterPlan, Role, local_optimizer_state
 from collapipe_core.pipeline.distributed.stages import (
+    MicrobatchLoss,
     StageShapes,
     build_schedule,
     materialize,
     release,
     run_step,
     stage_module,
+    tied_locally,
 )
 from collapipe_core.pipeline.simulated import make_optimizer
 
@@ -122,12 +126,31 @@ class RankWorker:
         self.layout = spec.layout
         self.timeout = timedelta(seconds=spec.timeout_s)
         self.cluster, self.role, self.device_index = self.layout.locate(rank)
-        model = build_model(self.config.model, spec.src_vocab_size, spec.tgt_size, self.config.seed)
-        self.state_keys = list(model.state_dict())
-        self.model: EncoderStackModel = model.to("meta")  # shapes and names only; stages are loaded per round
-        self.loss_fn = loss_fn_for(self.config.model.kind)
+        # shapes and names only, on the meta device; stages are loaded per round
+        self.model: EncoderStackModel = build_skeleton(
+            self.config.model,
+            spec.src_vocab_size,
+            spec.tgt_size,
+            pad_id=spec.pad_id,
+            bos_id=spec.bos_id,
+            eos_id=spec.eos_id,
+            pretrained_dir=spec.pretrained_dir,
+        )
+        self.state_keys = list(self.model.state_dict())
+        self.shapes = StageShapes.measure(self.model, self.config.model, microbatch_size=1)
+        self.loss = loss_for(self.config.model.kind, pad_id=spec.pad_id)
         self.groups: dict[tuple[int, ...], Any] = {}
         self.leaders = dist.new_group(list(self.layout.leader_ranks()), timeout=self.timeout)
+        # tied weights (embedding = LM head): the CU and the edge server of each cluster sum their grads
+        self.tied = {role: tied_locally(self.model, role) for role in ("cu", "edge")}
+        self.tie_groups = (
+            [
+                dist.new_group([self.layout.cu_rank(n), self.layout.edge_rank(n)], timeout=self.timeout)
+                for n in range(self.layout.num_clusters)
+            ]
+            if self.tied["cu"]
+            else []
+        )
         self.fault = Fault.from_env(os.environ.get(FAULT_ENV))
 
     # -- a round ---------------------------------------------------------------------------------
@@ -190,7 +213,9 @@ class RankWorker:
         torch.manual_seed(stage.dropout_seed)
         clock = StepClock()
         prefetch = RecvPrefetch() if self.spec.backend == "gloo" else None
-        shapes = StageShapes.of(self.config.model, task.microbatch_size, self.spec.tgt_size)
+        shapes = dataclasses.replace(self.shapes, microbatch_size=task.microbatch_size)
+        tied = [module.get_parameter(name) for name in self.tied.get(role, [])]
+        loss = MicrobatchLoss(self.loss)
         sched = build_schedule(
             module,
             role,
@@ -200,7 +225,7 @@ class RankWorker:
             self.groups[plan.ranks],
             plan.schedule,
             plan.num_microbatches,
-            timed(clock, self.loss_fn),
+            timed(clock, loss),
             clock,
             self._fault_hook(task.round_index, plan.num_microbatches),
             prefetch,
@@ -226,7 +251,9 @@ class RankWorker:
                 inputs = {k: v.to(self.device) for k, v in batch.items()}
                 started = time.perf_counter()
                 with instrument_p2p(clock, link, prefetch):
-                    run_step(sched, role, self.config.model.kind, inputs, losses)
+                    run_step(sched, role, self.config.model.kind, inputs, losses, loss)
+                if tied:
+                    self._sum_tied_gradients(tied, stage.cluster)
                 if link is not None:  # what the step queued has left and arrived (a send wait)
                     drained = time.perf_counter()
                     link.flush()
@@ -294,13 +321,24 @@ class RankWorker:
             }
         return module
 
+    def _sum_tied_gradients(self, tied: list[nn.Parameter], cluster: int) -> None:
+        """All-reduce (sum) the tied parameters' gradients of this CU and its edge server.
+
+        Each rank holds a copy and saw one use (input embedding, LM head); the sum is the gradient of
+        the single parameter in one process, so both copies take the same optimizer step.
+        """
+        for param in tied:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+            dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, group=self.tie_groups[cluster])
+
     def _aggregate(
         self, task: p.RankTask, plan: ClusterPlan, module: nn.Module, report: p.RankReport
     ) -> None:
         """FedAvg: gather the cluster's model on its CU, all-reduce the weighted sum over the CUs."""
         group = self.groups[plan.ranks]
         cu = plan.ranks[0]
-        own = {name: q.detach() for name, q in module.named_parameters()}
+        own = module.state_dict()  # parameters and buffers, a tied parameter under each of its names
         if self.role != "cu":
             dist.send(torch.cat([t.reshape(-1) for t in own.values()]), dst=cu, group=group)
             return
@@ -311,7 +349,7 @@ class RankWorker:
             _, role, _ = self.layout.locate(rank)
             shapes = [
                 (n, q.shape, q.dtype)
-                for n, q in stage_module(self.model, role, plan.block_ranges.get(rank)).named_parameters()
+                for n, q in stage_module(self.model, role, plan.block_ranges.get(rank)).state_dict().items()
             ]
             flat = torch.empty(sum(s.numel() for _, s, _ in shapes), dtype=shapes[0][2], device=self.device)
             dist.recv(flat, src=rank, group=group)

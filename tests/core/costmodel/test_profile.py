@@ -1,25 +1,40 @@
-"""The cost model counts the parameters the real torch modules have."""
+"""The profile is measured from the real modules, agrees with the closed form and is cached."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from collapipe_core.config import ExperimentConfig, ModelConfig
 from collapipe_core.costmodel import build_profile
-from collapipe_core.models import build_model
+from collapipe_core.costmodel.profile import closed_form_profile, profile_cache_info
+from collapipe_core.models import build_model, build_skeleton
 from tests.core.builders import tiny_config
+
+QUICKSTART = {
+    "d_model": 64,
+    "num_heads": 4,
+    "ffn_dim": 256,
+    "seq_len": 16,
+    "target_len": 16,
+    "num_blocks": 4,
+    "num_decoder_layers": 1,
+}
 
 
 def _numel(module) -> int:  # type: ignore[no-untyped-def]
     return sum(p.numel() for p in module.parameters())
 
 
+def _config(kind: str, **model: Any) -> ExperimentConfig:
+    dataset = "synthetic-reverse" if kind == "seq2seq" else "synthetic-parity"
+    return tiny_config(model={"kind": kind, **model}, data={"dataset": dataset})
+
+
 @pytest.mark.parametrize("kind", ["seq2seq", "classifier"])
 def test_parameter_counts_match_the_torch_modules(kind: str) -> None:
-    dataset = "synthetic-reverse" if kind == "seq2seq" else "synthetic-parity"
-    config = tiny_config(
-        model={"kind": kind, "num_decoder_layers": 2, "target_len": 10, "ffn_dim": 40},
-        data={"dataset": dataset},
-    )
+    config = _config(kind, num_decoder_layers=2, target_len=10, ffn_dim=40)
     profile = build_profile(config, src_vocab=23, tgt_size=17)
     model = build_model(config.model, 23, 17, seed=0)
     assert profile.embedding_params == _numel(model.embedding)
@@ -27,6 +42,31 @@ def test_parameter_counts_match_the_torch_modules(kind: str) -> None:
     assert profile.encoder_params == sum(_numel(b) for b in model.blocks)
     assert profile.head_params == _numel(model.head)
     assert profile.total_params == _numel(model)
+
+
+@pytest.mark.parametrize(
+    ("kind", "model"),
+    [
+        ("seq2seq", QUICKSTART),
+        ("classifier", QUICKSTART),
+        ("seq2seq", {"d_model": 48, "num_heads": 6, "ffn_dim": 72, "seq_len": 20, "target_len": 7}),
+        ("seq2seq", {"num_decoder_layers": 3, "target_len": 12, "seq_len": 9}),
+        ("classifier", {"d_model": 40, "num_heads": 5, "ffn_dim": 100, "seq_len": 30, "vocab_size": 50}),
+    ],
+)
+def test_the_measured_profile_agrees_with_the_closed_form(kind: str, model: dict[str, Any]) -> None:
+    config = _config(kind, **model)
+    measured = build_profile(config, 23, 17)
+    closed = closed_form_profile(config, 23, 17)
+    for field in ("embedding_params", "block_params", "head_params", "total_params"):
+        assert getattr(measured, field) == getattr(closed, field), field
+    for field in ("block_forward_flops", "block_backward_flops", "head_forward_flops", "head_backward_flops"):
+        assert getattr(measured, field) == pytest.approx(getattr(closed, field), rel=0.01), field
+    # what autograd keeps in a TEB: s·(8d + 2f + h + 5) elements (profile docstring, term by term)
+    assert measured.block_activation_bytes == closed.block_activation_bytes
+    assert measured.payload_bytes == closed.payload_bytes
+    # the closed form's 2·s·d for the embedding's position add is modeled, not measured: no matmul
+    assert measured.embedding_forward_flops == measured.embedding_backward_flops == 0
 
 
 def test_block_flops_are_24sd2_plus_4s2d_for_a_4d_ffn() -> None:
@@ -42,3 +82,48 @@ def test_optimizer_state_changes_the_per_block_state_bytes() -> None:
     sgd = build_profile(tiny_config(training={"optimizer": "sgd"}), 30, 2)
     adam = build_profile(tiny_config(training={"optimizer": "adamw"}), 30, 2)
     assert adam.block_state_bytes == 2 * sgd.block_state_bytes  # (w + g + m + v) vs (w + g)
+
+
+def test_bf16_devices_halve_the_bytes_and_keep_the_flops() -> None:
+    fp32 = build_profile(tiny_config(), 30, 2)
+    bf16 = build_profile(tiny_config(model={"bytes_per_element": 2}), 30, 2)
+    assert bf16.block_activation_bytes == fp32.block_activation_bytes / 2
+    assert bf16.payload_bytes == fp32.payload_bytes / 2
+    assert bf16.block_state_bytes == fp32.block_state_bytes / 2
+    assert bf16.block_forward_flops == fp32.block_forward_flops
+
+
+def test_a_second_call_is_served_from_the_cache() -> None:
+    shape = {"d_model": 24, "num_heads": 3, "ffn_dim": 40}
+    config = tiny_config(model=shape)
+    deeper = tiny_config(model={**shape, "num_blocks": 9})
+    bf16_adam = tiny_config(model={**shape, "bytes_per_element": 2}, training={"optimizer": "adamw"})
+    first = build_profile(config, 31, 5)  # vocabulary sizes no other test uses: measured here
+    before = profile_cache_info()
+    assert build_profile(config, 31, 5) == first
+    # L, the element size and the optimizer scale the measurement: the cache serves them too
+    assert build_profile(deeper, 31, 5).block_forward_flops == first.block_forward_flops
+    assert build_profile(bf16_adam, 31, 5).block_activation_bytes == first.block_activation_bytes / 2
+    after = profile_cache_info()
+    assert (after.hits - before.hits, after.misses - before.misses) == (3, 0)
+    build_profile(config, 31, 6)  # another class count changes the head: measured again
+    assert profile_cache_info().misses == after.misses + 1
+
+
+def _transformers(architecture: str, **model: Any) -> ExperimentConfig:
+    fields = {"source": "transformers", "architecture": architecture, "d_model": 32, "num_heads": 4, **model}
+    return tiny_config().model_copy(update={"model": ModelConfig.model_validate(fields)})
+
+
+def test_a_transformers_model_is_measured_from_its_skeleton() -> None:
+    config = _transformers("llama", num_kv_heads=2, ffn_dim=48, num_blocks=3, seq_len=10, vocab_size=50)
+    profile = build_profile(config, 40, 40)
+    s, d, f, d_kv = 10, 32, 48, 16
+    assert profile.block_forward_flops == 2 * s * (2 * d * d + 2 * d * d_kv + 3 * d * f) + 4 * s * s * d
+    assert profile.total_params == _numel(build_skeleton(config.model, 40, 40))
+    assert profile.embedding_params == 50 * d  # model.vocab_size rows
+
+
+def test_the_closed_form_covers_the_builtin_models_only() -> None:
+    with pytest.raises(ValueError, match="builtin only"):
+        closed_form_profile(_transformers("gpt2"), 100, 100)

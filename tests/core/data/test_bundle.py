@@ -11,6 +11,7 @@ from collapipe_core.data import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
+    DataError,
     DatasetBundle,
     dataset_size,
     decode_tokens,
@@ -126,8 +127,9 @@ def test_small_dirichlet_alpha_skews_languages_across_clusters(make_config: Make
 
 def test_too_small_dataset_names_the_fields(make_config: MakeConfig) -> None:
     config = make_config("django-langid", languages=["de", "fr"], samples_per_cluster=1000, eval_samples=100)
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(DataError) as error:
         load_dataset(config)
+    assert error.value.field == "data.samples_per_cluster"
     message = str(error.value)
     assert f"has {dataset_size(config)} samples" in message and "needs 2100" in message
     for field in ("data.eval_samples", "data.samples_per_cluster", "network.num_clusters"):
@@ -157,3 +159,19 @@ def test_default_config_loads() -> None:
     assert (
         bundle.name == "cmudict" and [len(s) for s in bundle.shards] == [512, 512] and len(bundle.eval) == 256
     )
+
+
+@pytest.mark.parametrize("dataset", SEQ2SEQ + CLASSIFIERS)
+def test_character_datasets_use_the_fixed_special_ids_and_cut_nothing(
+    make_config: MakeConfig, dataset: str
+) -> None:
+    bundle = load_dataset(make_config(dataset))
+    assert (bundle.pad_id, bundle.bos_id, bundle.eos_id, bundle.truncated_rows) == (PAD_ID, BOS_ID, EOS_ID, 0)
+
+
+def test_pydoc_topics_is_a_causal_lm_dataset() -> None:
+    config = ExperimentConfig(data=DataConfig(dataset="pydoc-topics"), model=ModelConfig(kind="seq2seq"))
+    with pytest.raises(
+        ValueError, match=r"'pydoc-topics' is a causal_lm dataset but model\.kind is 'seq2seq'"
+    ):
+        load_dataset(config)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collapipe_core.data.partition import Split, apportion, fit_supply, split_samples
+from collapipe_core.data.partition import Split, apportion, fit_supply, hold_out, split_pool, split_samples
 
 
 def _split(keys: np.ndarray, alpha: float | None, seed: int = 0, clusters: int = 4, per: int = 50) -> Split:
@@ -85,3 +85,15 @@ def test_single_cluster_works() -> None:
 def test_too_few_samples_is_an_error() -> None:
     with pytest.raises(ValueError, match="cannot be split"):
         _split(np.zeros(100, dtype=np.int64), None)
+
+
+def test_hold_out_then_split_pool_is_split_samples() -> None:
+    keys = np.random.default_rng(1).integers(0, 4, size=300)
+    whole = _split(keys, 0.3)
+    held, pool = hold_out(keys.size, 40, seed=0)
+    shards = split_pool(keys, pool, num_clusters=4, samples_per_cluster=50, dirichlet_alpha=0.3, seed=0)
+    assert np.array_equal(held, whole.eval)
+    assert all(np.array_equal(a, b) for a, b in zip(shards, whole.clusters, strict=True))
+    assert np.array_equal(np.sort(np.concatenate([held, pool])), np.arange(300))
+    with pytest.raises(ValueError, match="cannot hold out 5 of 4"):
+        hold_out(4, 5, seed=0)

@@ -12,9 +12,7 @@ from collapipe_core.models import (
     EncoderClassifier,
     Seq2SeqTransformer,
     build_model,
-    classifier_loss_fn,
-    loss_fn_for,
-    seq2seq_loss_fn,
+    build_skeleton,
 )
 
 SRC_VOCAB = 13
@@ -76,8 +74,10 @@ def test_config_vocab_size_overrides_the_tokenizer_size(seq2seq_cfg: ModelConfig
     assert build_model(seq2seq_cfg, SRC_VOCAB, TGT_VOCAB, seed=0).embedding.tok.num_embeddings == SRC_VOCAB
 
 
-def test_loss_fn_for_each_kind() -> None:
-    assert loss_fn_for("seq2seq") is seq2seq_loss_fn
-    assert loss_fn_for("classifier") is classifier_loss_fn
-    with pytest.raises(ValueError, match="unknown model kind 'lm'"):
-        loss_fn_for("lm")
+def test_the_skeleton_has_the_model_s_names_and_shapes_on_meta(cfg: ModelConfig) -> None:
+    model = build_model(cfg, SRC_VOCAB, tgt_size(cfg), seed=7)
+    skeleton = build_skeleton(cfg, SRC_VOCAB, tgt_size(cfg))
+    assert type(skeleton) is type(model)
+    expected = {name: p.shape for name, p in model.state_dict().items()}
+    assert {name: p.shape for name, p in skeleton.state_dict().items()} == expected
+    assert all(p.is_meta for p in skeleton.parameters())

@@ -1,4 +1,4 @@
-"""The encoder classifier: parameter counts, CLS pooling, padding, loss."""
+"""The encoder classifier: parameter counts, CLS pooling, padding (its loss: test_losses.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from collapipe_core.config import ModelConfig
-from collapipe_core.models import EncoderClassifier, build_model, classifier_loss_fn
+from collapipe_core.models import EncoderClassifier, build_model
 
 SRC_VOCAB = 13
 NUM_CLASSES = 5
@@ -87,11 +86,3 @@ def test_the_head_refuses_decoder_inputs(model: EncoderClassifier, source_batch:
     src, src_mask = source_batch(2, 10, SRC_VOCAB, 1)
     with pytest.raises(ValueError, match="takes no dec_in"):
         model(src, src_mask, torch.ones(2, 3, dtype=torch.long))
-
-
-def test_loss_is_the_batch_mean_cross_entropy() -> None:
-    g = torch.Generator().manual_seed(3)
-    logits = torch.randn(4, NUM_CLASSES, generator=g, dtype=torch.float64)
-    target = torch.tensor([0, 4, 2, 2])
-    expected = torch.stack([F.cross_entropy(logits[i], target[i]) for i in range(4)]).mean()
-    torch.testing.assert_close(classifier_loss_fn(logits, target), expected)

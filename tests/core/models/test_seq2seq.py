@@ -1,4 +1,4 @@
-"""The encoder-decoder: parameter counts, tied LM head, padding, loss."""
+"""The encoder-decoder: parameter counts, tied LM head, padding (its loss: test_losses.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from collapipe_core.config import ModelConfig
-from collapipe_core.models import DecoderBlock, Seq2SeqTransformer, build_model, seq2seq_loss_fn
+from collapipe_core.models import DecoderBlock, Seq2SeqTransformer, build_model
 
 SRC_VOCAB = 13
 TGT_VOCAB = 11
@@ -112,12 +111,3 @@ def test_the_head_needs_decoder_inputs(model: Seq2SeqTransformer, source_batch: 
         model(src, src_mask)
     with pytest.raises(ValueError, match="exceeds target_len 7"):
         model(src, src_mask, decoder_inputs(2, 8, seed=2))
-
-
-def test_loss_is_the_mean_over_non_pad_tokens() -> None:
-    g = torch.Generator().manual_seed(3)
-    logits = torch.randn(2, 4, TGT_VOCAB, generator=g, dtype=torch.float64)
-    target = torch.tensor([[5, 2, 0, 0], [1, 7, 3, 0]])
-    real = target != 0
-    expected = F.cross_entropy(logits[real], target[real])  # 5 real tokens, mean over them
-    torch.testing.assert_close(seq2seq_loss_fn(logits, target), expected)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from collapipe_core.config import ModelConfig
-from collapipe_core.models import EncoderStackModel, build_model, loss_fn_for
+from collapipe_core.models import EncoderStackModel, build_model, loss_for
 from collapipe_core.pipeline.split import (
     accumulate_microbatches,
     plan_segments,
@@ -53,10 +53,10 @@ def make_batch(kind: str, seed: int, pad_targets: bool = False) -> tuple[torch.T
 def full_batch_loss(
     model: EncoderStackModel, src: torch.Tensor, mask: torch.Tensor, tgt: torch.Tensor
 ) -> torch.Tensor:
-    loss_fn = loss_fn_for(model.kind)
+    loss = loss_for(model.kind)
     if model.kind == "seq2seq":
-        return loss_fn(model(src, mask, tgt[:, :-1]), tgt[:, 1:])
-    return loss_fn(model(src, mask), tgt)
+        return loss.mean(model(src, mask, tgt[:, :-1]), tgt[:, 1:])
+    return loss.mean(model(src, mask), tgt)
 
 
 def grads(model: EncoderStackModel) -> dict[str, torch.Tensor]:
@@ -157,7 +157,7 @@ def test_split_forward_and_gradients_equal_the_unsplit_model(kind: str, num_bloc
     split_logits = stages.forward_chain(src, mask, dec_in)
     torch.testing.assert_close(split_logits, logits, rtol=1e-5, atol=1e-5)
     labels = tgt[:, 1:] if kind == "seq2seq" else tgt
-    loss_fn_for(kind)(split_logits, labels).backward()
+    loss_for(kind).mean(split_logits, labels).backward()
     assert_grads_close(grads(model), expected)
 
 
@@ -183,52 +183,61 @@ def test_stage_inputs_receive_contiguous_gradients(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("num_microbatches", [1, 2, 4])
-def test_microbatch_accumulation_gives_the_full_batch_gradient(kind: str, num_microbatches: int) -> None:
-    # holds because every micro-batch averages over the same number of terms (no target padding)
+@pytest.mark.parametrize("pad_targets", [False, True])
+def test_microbatch_accumulation_gives_the_full_batch_gradient(
+    kind: str, num_microbatches: int, pad_targets: bool
+) -> None:
     model = make_model(kind)
-    src, mask, tgt = make_batch(kind, seed=2)
+    src, mask, tgt = make_batch(kind, seed=2, pad_targets=pad_targets)
     full_loss = full_batch_loss(model, src, mask, tgt)
     full_loss.backward()
     expected = grads(model)
     model.zero_grad(set_to_none=True)
 
     stages = split_model(model, [2, 0, 3, 1])
-    loss = accumulate_microbatches(stages, loss_fn_for(kind), src, mask, tgt, num_microbatches)
+    loss = accumulate_microbatches(stages, loss_for(kind), src, mask, tgt, num_microbatches)
     assert loss == pytest.approx(full_loss.item(), rel=1e-9)
     assert_grads_close(grads(model), expected)
 
 
-def test_with_target_padding_accumulation_averages_microbatch_means() -> None:
-    # micro-batches hold different numbers of real target tokens, so the mean of their token means is
-    # not the mean over all tokens; accumulation matches the former, as pipelining's scale_grads=True does
+def test_with_target_padding_the_step_loss_weights_every_token_alike() -> None:
+    # The step's loss is Σ token losses / all the step's real tokens, not the mean of micro-batch means
+    # (which it was before causal LMs came: that weighted a token of a short micro-batch more). With
+    # padded targets the micro-batches hold different numbers of real tokens, so the two differ.
     model = make_model("seq2seq")
     src, mask, tgt = make_batch("seq2seq", seed=2, pad_targets=True)
-    loss_fn = loss_fn_for("seq2seq")
+    loss = loss_for("seq2seq")
     half = BATCH // 2
-    reference = torch.zeros((), dtype=torch.float64)
+    sums, counts = [], []
     for i in (0, half):
         rows = slice(i, i + half)
-        reference = reference + loss_fn(model(src[rows], mask[rows], tgt[rows, :-1]), tgt[rows, 1:]) / 2
-    reference.backward()
-    expected = grads(model)
-    model.zero_grad(set_to_none=True)
-    full_batch_loss(model, src, mask, tgt).backward()
-    full = grads(model)
-    model.zero_grad(set_to_none=True)
+        sums.append(loss.sum(model(src[rows], mask[rows], tgt[rows, :-1]), tgt[rows, 1:]).item())
+        counts.append(loss.num_terms(tgt[rows, 1:]))
+    assert counts[0] != counts[1]
+    token_weighted = sum(sums) / sum(counts)
+    mean_of_means = (sums[0] / counts[0] + sums[1] / counts[1]) / 2
 
-    loss = accumulate_microbatches(split_model(model, [3, 3]), loss_fn, src, mask, tgt, 2)
-    assert loss == pytest.approx(reference.item(), rel=1e-9)
-    assert_grads_close(grads(model), expected)
-    assert not torch.allclose(full["blocks.0.qkv.weight"], expected["blocks.0.qkv.weight"], rtol=1e-4)
+    got = accumulate_microbatches(split_model(model, [3, 3]), loss, src, mask, tgt, 2)
+    assert got == pytest.approx(token_weighted, rel=1e-9)
+    assert got != pytest.approx(mean_of_means, rel=1e-4)
+
+
+def test_a_step_whose_targets_are_all_padding_is_refused() -> None:
+    model = make_model("seq2seq")
+    src, mask, tgt = make_batch("seq2seq", seed=2)
+    tgt[:, 1:] = 0
+    with pytest.raises(ValueError, match="every target of the batch is padding"):
+        accumulate_microbatches(split_model(model, [6]), loss_for("seq2seq"), src, mask, tgt, 2)
+    assert all(p.grad is None for p in model.parameters())
 
 
 def test_accumulation_adds_to_existing_gradients() -> None:
     model = make_model("classifier")
     src, mask, tgt = make_batch("classifier", seed=2)
     stages = split_model(model, [6])
-    accumulate_microbatches(stages, loss_fn_for("classifier"), src, mask, tgt, 2)
+    accumulate_microbatches(stages, loss_for("classifier"), src, mask, tgt, 2)
     once = grads(model)
-    accumulate_microbatches(stages, loss_fn_for("classifier"), src, mask, tgt, 2)
+    accumulate_microbatches(stages, loss_for("classifier"), src, mask, tgt, 2)
     assert_grads_close(grads(model), {name: 2 * g for name, g in once.items()})
 
 
@@ -236,5 +245,5 @@ def test_a_batch_that_does_not_divide_into_microbatches_is_refused() -> None:
     model = make_model("classifier")
     src, mask, tgt = make_batch("classifier", seed=2)
     with pytest.raises(ValueError, match="batch size 8 is not divisible into 3 equal micro-batches"):
-        accumulate_microbatches(split_model(model, [6]), loss_fn_for("classifier"), src, mask, tgt, 3)
+        accumulate_microbatches(split_model(model, [6]), loss_for("classifier"), src, mask, tgt, 3)
     assert all(p.grad is None for p in model.parameters())  # nothing ran

@@ -145,8 +145,11 @@ def test_a_round_where_no_placement_fits_is_refused_naming_devices_and_shortfall
     with pytest.raises(ValueError) as err:
         dssda.solve(observe(env, 0))
     message = str(err.value)
+    per_block = (
+        env.profile.block_state_bytes + env.settings.microbatch_size * env.profile.block_activation_bytes
+    )
     assert "c0-d0" in message and "c0-d1" in message
-    assert "short by 4 TEB(s)" in message and "62930944 bytes" in message and "60.02 MiB" in message
+    assert f"short by 4 TEB(s) = {4 * per_block:.0f} bytes ({4 * per_block / 2**20:.2f} MiB" in message
 
 
 @pytest.mark.parametrize(("clusters", "devices", "blocks", "effort"), [(3, 4, 12, LEAN), (40, 5, 6, SCALE)])
