@@ -20,6 +20,10 @@ PRESETS = {
     "quickstart": "Quick start (G2P, 2 × 4 devices)",
     "paper-transformer": "Paper: Transformer (G2P, 4 × 5 devices)",
     "paper-bert": "Paper: BERT-style classifier (4 × 5 devices)",
+    "llm-causal": "LLaMA-style LM on pydoc-topics (2 × 4 devices)",
+    "bert-langid": "BERT language ID (2 × 4 devices)",
+    "bart-g2p": "BART grapheme-to-phoneme (2 × 4 devices)",
+    "llama-7b-analytic": "LLaMA-2-7B on phones to laptops (cost model, 4 × 8)",
 }
 
 
