@@ -30,6 +30,7 @@ from backend.db.engine import (
 )
 from backend.error_handlers import install_error_handlers
 from backend.experiments.router import router as experiments_router
+from backend.files.router import router as files_router
 from backend.gc_tuning import settle_after_startup
 from backend.live.channel import LiveChannel
 from backend.live.db_channel import DbEventChannel
@@ -105,6 +106,7 @@ def create_app(
         admin_router,
         config_router.router,
         experiments_router,
+        files_router,
         live_router,  # before runs: /api/runs/events must not match /api/runs/{run_id}
         runs_router,
         metrics_router,
@@ -112,7 +114,8 @@ def create_app(
         app.include_router(router)
     registry = CollectorRegistry()
     registry.register(RunCollector(session_factory, dispatcher.queue_depth))
-    app.add_middleware(BodyGuard, max_body_bytes=settings.max_body_bytes)
+    # uploads stream to disk under their own limit (backend/files)
+    app.add_middleware(BodyGuard, max_body_bytes=settings.max_body_bytes, exempt_prefixes=("/api/files/",))
     app.add_middleware(RequestMetrics, registry=registry)
     _add_probes(app, registry)
     mount_frontend(app, FRONTEND_DIR)

@@ -41,8 +41,16 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=1 * 2**20, ge=1024, description="largest request body; larger ones get 413 unread"
     )
+    max_upload_bytes: int = Field(
+        default=4 * 2**30,
+        ge=1024,
+        description="largest file uploaded into the data directory (PUT /api/files)",
+    )
     max_file_bytes: int = Field(
-        default=8 * 2**20, ge=1024, description="largest file a config may name (read whole at validation)"
+        default=256 * 2**20,
+        ge=1024,
+        description="largest file a config may name (datasets, tokenizer files; a trace at most 8 MiB), "
+        "checked before it is read",
     )
     worker_memory_bytes: int | None = Field(
         default=None,

@@ -15,6 +15,7 @@ import numpy as np
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel.profile import ModelProfile, build_profile
 from collapipe_core.network import (
+    MAX_TRACE_BYTES,
     BoolArray,
     DeviceTrace,
     FloatArray,
@@ -102,7 +103,7 @@ def load_device_trace(config: ExperimentConfig, workspace: Workspace) -> DeviceT
     name = config.network.trace_file
     if name is None:
         return None
-    text = workspace.read_text("network.trace_file", name)
+    text = workspace.read_text("network.trace_file", name, MAX_TRACE_BYTES)
     try:
         return parse_trace(
             text,

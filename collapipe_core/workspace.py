@@ -117,8 +117,9 @@ class Workspace:
             raise FileRefused(field_name, name, f"no directory named {short(name)} in the data directory")
         return resolved
 
-    def read_bytes(self, field_name: str, name: str) -> bytes:
-        """The file's content, refused (before reading) when it exceeds ``max_file_bytes``."""
+    def read_bytes(self, field_name: str, name: str, max_bytes: int | None = None) -> bytes:
+        """The file's content, refused (before reading) when it exceeds ``max_file_bytes`` (or the
+        caller's tighter ``max_bytes``)."""
         path = self.path(field_name, name)
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
         try:
@@ -129,7 +130,8 @@ class Workspace:
             ) from None
         with os.fdopen(fd, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
-            limit = self.max_file_bytes
+            limits = [x for x in (self.max_file_bytes, max_bytes) if x is not None]
+            limit = min(limits) if limits else None
             if limit is not None and size > limit:
                 raise FileRefused(field_name, name, _too_big(name, size, limit))
             data = handle.read() if limit is None else handle.read(limit + 1)
@@ -137,8 +139,8 @@ class Workspace:
             raise FileRefused(field_name, name, _too_big(name, len(data), limit))
         return data
 
-    def read_text(self, field_name: str, name: str) -> str:
-        data = self.read_bytes(field_name, name)
+    def read_text(self, field_name: str, name: str, max_bytes: int | None = None) -> str:
+        data = self.read_bytes(field_name, name, max_bytes)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -170,5 +172,5 @@ def _check_name(field_name: str, name: str) -> None:
 def _too_big(name: str, size: int, limit: int) -> str:
     return (
         f"{short(name)} is {size / 2**20:.1f} MiB; files a config names may be at most "
-        f"{limit / 2**20:.1f} MiB (the operator's COLLAPIPE_MAX_FILE_BYTES)"
+        f"{limit / 2**20:.1f} MiB (COLLAPIPE_MAX_FILE_BYTES; a trace at most 8 MiB)"
     )
