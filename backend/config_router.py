@@ -49,6 +49,13 @@ async def preflight(
     return await process.run(normalized(checked), workspace)
 
 
+@router.get("/policies")
+def policies(_user: ViewerUser, workspace: WorkspaceDep) -> list[str]:
+    """The policies a config may name on this server: built-ins, installed packages' entry points and
+    the operator's allow-list (COLLAPIPE_POLICIES)."""
+    return workspace.policies.names()
+
+
 @router.get("/metrics")
 def metrics(_user: ViewerUser) -> list[MetricOut]:
     return [MetricOut(**vars(m)) for m in METRICS]

@@ -58,6 +58,7 @@ RECORD_FIELDS: dict[str, Extractor] = {
     },
     "eval_accuracy": _eval("eval_accuracy"),
     "eval_error_rate": _eval("eval_error_rate"),
+    "eval_perplexity": _eval("eval_perplexity"),
     "bubble_fraction_mean": _reduce("bubble_fraction", _mean),
     "makespan_s_max": _reduce("makespan_s", max),
     "num_microbatches_mean": _reduce("num_microbatches", _mean),

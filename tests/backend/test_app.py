@@ -62,3 +62,8 @@ def test_preflight_models_round_zero_of_the_chosen_policy(api: Api) -> None:
     refused = api.client.post("/api/config/preflight", json=bad, headers=api.as_("viewer"))
     assert refused.status_code == 422
     assert any("bandwidth_hz" in d["field"] for d in refused.json()["error"]["details"])
+
+
+def test_the_registered_policies_are_listed(api: Api) -> None:
+    names = api.client.get("/api/config/policies", headers=api.as_("viewer")).json()
+    assert {"dssda", "uniform", "slow-uniform", "paced-uniform"} <= set(names) and names == sorted(names)
