@@ -28,6 +28,7 @@ from collapipe_core.config import (
     USER_FILES,
     ExperimentConfig,
 )
+from collapipe_core.costmodel.evaluate import device_memory_bytes
 from collapipe_core.costmodel.host import host_memory_bytes
 from collapipe_core.costmodel.profile import ModelProfile
 from collapipe_core.network import DeviceTrace
@@ -321,12 +322,17 @@ def _check_data_and_memory(
         field = _MODEL_FIELD.match(message)
         return [*problems, ConfigProblem(field.group(1) if field else "model", None, message)]
     problems.extend(host_memory_problems(config, env.profile, workspace.memory_limit_bytes))
+    b, overhead = config.training.microbatch_size, env.scenario.runtime_overhead_bytes
+    activation = b * env.profile.block_activation_bytes
     problems.extend(
         memory_problems(
             env.scenario.memory_bytes,
-            env.scenario.runtime_overhead_bytes,
+            # what a scheduled device holds besides its TEBs at M = 1 (costmodel.device_memory_bytes)
+            float(
+                device_memory_bytes(0, 1, 1, 0.0, activation, 2.0 * b * env.profile.payload_bytes, overhead)
+            ),
             env.profile.block_state_bytes,
-            config.training.microbatch_size * env.profile.block_activation_bytes,
+            activation,
             config.model.num_blocks,
         )
     )
@@ -335,26 +341,27 @@ def _check_data_and_memory(
 
 def memory_problems(
     capacity_bytes: np.ndarray,
-    overhead_bytes: float,
+    fixed_bytes: float,
     state_bytes: float,
     activation_bytes: float,
     blocks: int,
 ) -> list[ConfigProblem]:
     """Refuse a network where even the most favourable placement (M = 1) cannot hold the encoder.
 
-    With one micro-batch in flight a device fits cap_k = ⌊(memory_k − overhead) / (state + b·act)⌋ TEBs;
+    With one micro-batch in flight a device fits cap_k = ⌊(memory_k − fixed) / (state + b·act)⌋ TEBs,
+    fixed being the runtime overhead, one micro-batch's backward working set and its receive buffers;
     contiguous segments with δ_k ≤ cap_k exist iff Σ_k cap_k ≥ L in every cluster. The message names
     the cluster's largest device and how much more memory it would need to take the missing TEBs.
     """
     per_block = state_bytes + activation_bytes
-    caps = np.maximum(np.floor((capacity_bytes - overhead_bytes) / per_block), 0)
+    caps = np.maximum(np.floor((capacity_bytes - fixed_bytes) / per_block), 0)
     short = [n for n, row in enumerate(caps) if row.sum() < blocks]
     if not short:
         return []
     n = short[0]
     best = int(np.argmax(capacity_bytes[n]))
     missing = blocks - int(caps[n].sum())
-    needed = overhead_bytes + (caps[n, best] + missing) * per_block
+    needed = fixed_bytes + (caps[n, best] + missing) * per_block
     shortfall = needed - capacity_bytes[n, best]
     others = f" (and {len(short) - 1} more clusters)" if len(short) > 1 else ""
     return [
@@ -363,7 +370,8 @@ def memory_problems(
             float(capacity_bytes[n, best]),
             f"cluster {n}{others} cannot hold the encoder in any placement: its devices fit "
             f"{int(caps[n].sum())} of {blocks} TEBs ({per_block / 2**20:.2f} MiB each at M = 1, plus "
-            f"{overhead_bytes / 2**20:.0f} MiB runtime); its largest device c{n}-d{best} has "
+            f"{fixed_bytes / 2**20:.0f} MiB of runtime and pipeline buffers); its largest device "
+            f"c{n}-d{best} has "
             f"{capacity_bytes[n, best] / 2**20:.1f} MiB and is short by {shortfall / 2**20:.1f} MiB "
             "to take the rest; give devices more memory or use a smaller model",
         )

@@ -35,6 +35,7 @@ def memory_limit(pr: RoundProblem, delta: IntArray) -> IntArray:
         capacity,
         pr.block_state_bytes,
         pr.activation_bytes,
+        pr.buffer_bytes,
         pr.overhead_bytes,
         pr.microbatch_limit,
         pr.schedule == "1f1b",

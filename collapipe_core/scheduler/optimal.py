@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from collapipe_core.costmodel.evaluate import in_flight_microbatches
+from collapipe_core.costmodel.evaluate import device_memory_bytes, in_flight_microbatches
 from collapipe_core.decision import Decision
 from collapipe_core.network import BoolArray, FloatArray
 from collapipe_core.scheduler.barrier import solve_links
@@ -60,7 +60,15 @@ def cluster_candidates(problem: RoundProblem, cluster: int) -> tuple[IntArray, I
     d = np.repeat(delta, micro.size, axis=0)
     m = np.tile(micro, delta.shape[0])
     in_flight = in_flight_microbatches(d, m, pr.schedule)
-    memory = d * (pr.block_state_bytes + in_flight * pr.activation_bytes) + pr.overhead_bytes
+    memory = device_memory_bytes(
+        d,
+        in_flight,
+        m[:, None],
+        pr.block_state_bytes,
+        pr.activation_bytes,
+        pr.buffer_bytes,
+        pr.overhead_bytes,
+    )
     fits = np.all((d == 0) | (memory <= pr.memory_bytes[cluster]), axis=1)
     return d[fits], m[fits]
 

@@ -93,6 +93,7 @@ class RoundProblem:
     memory_bytes: FloatArray
     block_state_bytes: float
     activation_bytes: float  # b × activations of one TEB for one micro-batch
+    buffer_bytes: float  # a micro-batch's receive buffers: 2·b·s·d·bytes (activation in, gradient in)
     overhead_bytes: float
     payload_bits: float  # P
     block_bits: float  # B
@@ -143,7 +144,10 @@ class RoundProblem:
             after: FloatArray = np.cumsum(self.available[:, ::-1], axis=1)[:, ::-1] - self.available
             in_flight = np.minimum(in_flight, after + 2.0)
         per_block = self.block_state_bytes + in_flight * self.activation_bytes
-        caps = np.floor((self.memory_bytes - self.overhead_bytes) / per_block)
+        fixed = (
+            self.overhead_bytes + self.activation_bytes + m * self.buffer_bytes
+        )  # costmodel.device_memory_bytes
+        caps = np.floor((self.memory_bytes - fixed) / per_block)
         return np.where(self.available, np.clip(caps, 0, self.num_blocks), 0).astype(np.int64)
 
     @quiet
@@ -203,6 +207,7 @@ def build_problem(state: RoundState) -> RoundProblem:
         memory_bytes=np.asarray(sc.memory_bytes, dtype=np.float64),
         block_state_bytes=prof.block_state_bytes,
         activation_bytes=b * prof.block_activation_bytes,
+        buffer_bytes=2.0 * b * prof.payload_bytes,
         overhead_bytes=sc.runtime_overhead_bytes,
         payload_bits=payload_bits,
         block_bits=8.0 * prof.block_params * prof.bytes_per_element,

@@ -25,12 +25,14 @@ def memory_limits(
     memory_bytes: FloatArray,
     block_state_bytes: float,
     activation_bytes: float,
+    buffer_bytes: float,
     overhead_bytes: float,
     microbatch_limit: int,
     one_f_one_b: bool,
 ) -> IntArray:
     """Largest M ≤ ``microbatch_limit`` (R,) such that every M' ≤ M fits every scheduled device of the row
-    (0 if not even M = 1): δ_k·(state + in_flight_k(M')·activation) + overhead ≤ memory_k.
+    (0 if not even M = 1): δ_k·(state + in_flight_k(M')·activation) + activation + M'·buffers + overhead ≤
+    memory_k (``costmodel.device_memory_bytes``).
 
     delta, memory_bytes (R, K). in_flight is M for GPipe and min(C − i_k, M) for 1F1B (C = scheduled
     devices + 2, i_k the device's 1-based position among them), as ``costmodel.in_flight_microbatches``.
@@ -43,6 +45,7 @@ def memory_limits(
         memory,
         float(block_state_bytes),
         float(activation_bytes),
+        float(buffer_bytes),
         float(overhead_bytes),
         int(microbatch_limit),
         bool(one_f_one_b),
@@ -52,7 +55,7 @@ def memory_limits(
 
 
 @jit
-def _memory_limits(delta, memory, state, activation, overhead, limit, one_f_one_b, out):  # type: ignore[no-untyped-def]
+def _memory_limits(delta, memory, state, activation, buffers, overhead, limit, one_f_one_b, out):  # type: ignore[no-untyped-def]
     rows, k = delta.shape
     for r in range(rows):
         stages = 2
@@ -67,7 +70,8 @@ def _memory_limits(delta, memory, state, activation, overhead, limit, one_f_one_
                     continue
                 position += 1
                 in_flight = min(stages - position, m) if one_f_one_b else m
-                if delta[r, i] * (state + in_flight * activation) + overhead > memory[r, i]:
+                need = delta[r, i] * (state + in_flight * activation) + activation + m * buffers + overhead
+                if need > memory[r, i]:
                     fits = False
             if not fits:
                 break

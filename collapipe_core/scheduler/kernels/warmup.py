@@ -23,7 +23,7 @@ def warm_up() -> None:
     cost = np.cumsum(np.ones((1, 2, num_blocks)), axis=2)
     link_s = np.ones((1, 2))
     best_rows(cost, cost, np.full((1, 2), num_blocks), np.ones((1, 2)), link_s, terms, delta, num_blocks, 2)
-    memory_limits(delta, np.ones((1, 2)), 1.0, 1.0, 1.0, 2, False)
+    memory_limits(delta, np.ones((1, 2)), 1.0, 1.0, 1.0, 1.0, 2, False)
     joint_microbatches(
         delta[None],
         link_s[None],

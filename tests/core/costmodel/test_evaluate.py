@@ -71,9 +71,13 @@ def test_energy_and_memory_follow_the_documented_formulas() -> None:
     flops = st.local_iterations * micro * delta * st.microbatch_size * 3 * prof.block_forward_flops
     compute_energy = sc.kappa * sc.cpu_hz**2 * flops / sc.flops_per_cycle
     assert np.allclose(ev.energy_j - decision.power_w() * ev.comm_s, compute_energy)
-    in_flight = micro  # GPipe keeps all M
+    in_flight, b = micro, st.microbatch_size  # GPipe keeps all M
     memory = (
-        delta * prof.block_state_bytes + in_flight * st.microbatch_size * delta * prof.block_activation_bytes
+        delta * prof.block_state_bytes
+        + (in_flight * delta + 1)
+        * b
+        * prof.block_activation_bytes  # + one micro-batch's backward working set
+        + 2 * micro * b * prof.payload_bytes  # receive buffers: activation and gradient per micro-batch
     )
     assert np.allclose(ev.memory_bytes, np.where(delta > 0, memory + sc.runtime_overhead_bytes, 0))
     assert ev.objective == pytest.approx(

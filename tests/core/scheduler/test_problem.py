@@ -42,9 +42,8 @@ def test_memory_caps_match_the_memory_model() -> None:
     pr = build_problem(state)
     for m in range(1, pr.microbatch_limit + 1):
         caps = pr.memory_caps(np.full(pr.shape[0], m))
-        fits = caps * (pr.block_state_bytes + m * pr.activation_bytes) + pr.overhead_bytes <= pr.memory_bytes
-        over = (caps + 1) * (
-            pr.block_state_bytes + m * pr.activation_bytes
-        ) + pr.overhead_bytes > pr.memory_bytes
+        fixed = pr.overhead_bytes + pr.activation_bytes + m * pr.buffer_bytes
+        fits = caps * (pr.block_state_bytes + m * pr.activation_bytes) + fixed <= pr.memory_bytes
+        over = (caps + 1) * (pr.block_state_bytes + m * pr.activation_bytes) + fixed > pr.memory_bytes
         assert np.all(~pr.available | (fits | (caps == 0)))
         assert np.all(~pr.available | over | (caps == pr.num_blocks))
