@@ -30,9 +30,13 @@ export function qs(params) {
   return text ? `?${text}` : '';
 }
 
-export async function request(path, { method = 'GET', body, signal, quietAuth = false } = {}) {
+export async function request(path, { method = 'GET', body, bytes, signal, quietAuth = false } = {}) {
   const init = { method, credentials: 'same-origin', signal, headers: { Accept: 'application/json' } };
-  if (body !== undefined) {
+  if (bytes !== undefined) {
+    // a file's raw bytes (a Blob or File: the browser streams it from disk)
+    init.headers['Content-Type'] = 'application/octet-stream';
+    init.body = bytes;
+  } else if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
@@ -56,3 +60,5 @@ export async function request(path, { method = 'GET', body, signal, quietAuth = 
 export const get = (path, params, options) => request(path + qs(params), options);
 export const post = (path, body, options) => request(path, { ...options, method: 'POST', body });
 export const del = (path, options) => request(path, { ...options, method: 'DELETE' });
+/** PUT a file's bytes as the request body (``params`` as the query string, e.g. {overwrite: true}). */
+export const putBytes = (path, bytes, params, options) => request(path + qs(params), { ...options, method: 'PUT', bytes });

@@ -1,4 +1,4 @@
-// Boot: who is signed in, then a hash router (#/runs, #/runs/12, #/launch, #/compare?ids=1,2).
+// Boot: who is signed in, then a hash router (#/runs, #/runs/12, #/launch, #/compare?ids=1,2, #/data).
 // Each view is mount(main, params) -> { unmount() }: unmount closes its streams and charts.
 
 import { post, setUnauthenticatedHandler } from './api.js';
@@ -10,6 +10,7 @@ import { mountRuns } from './views/runs.js';
 import { mountRun } from './views/run.js';
 import { mountLaunch } from './views/launch.js';
 import { mountCompare } from './views/compare.js';
+import { mountData } from './views/data.js';
 
 const main = document.getElementById('main');
 const header = document.getElementById('app-header');
@@ -27,6 +28,7 @@ function route() {
   if (parts[0] === 'runs' && parts[1]) return { nav: 'runs', mount: mountRun, params: { runId: Number(parts[1]), query } };
   if (parts[0] === 'launch') return { nav: 'launch', mount: mountLaunch, params: { query } };
   if (parts[0] === 'compare') return { nav: 'compare', mount: mountCompare, params: { query } };
+  if (parts[0] === 'data') return { nav: 'data', mount: mountData, params: { query } };
   return { nav: 'runs', mount: mountRuns, params: { query } };
 }
 

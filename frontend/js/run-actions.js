@@ -1,7 +1,7 @@
 // Cancel, resume, fork and delete of a run — shown only to roles that may use them
 // (operator: cancel/resume/fork; admin: delete). The API refuses them anyway.
 
-import { del, post } from './api.js';
+import { del, get, post } from './api.js';
 import { h, toast, uid } from './dom.js';
 import { can } from './session.js';
 import { showErrors, clearErrors } from './form/errors.js';
@@ -73,7 +73,9 @@ function field(name, label, input, help) {
 export function openForkDialog(run) {
   const maxRound = Math.max(0, Math.min(run.rounds_done, run.total_rounds - 1));
   const round = h('input', { type: 'number', min: 0, max: maxRound, step: 1, value: maxRound, inputmode: 'numeric' });
-  const policy = h('input', { type: 'text', value: run.policy, list: 'policy-names' });
+  const policyNames = h('datalist', { id: uid('fork-policies') });
+  const policy = h('input', { type: 'text', value: run.policy, list: policyNames.id });
+  get('/api/config/policies').then((names) => policyNames.append(...names.map((p) => h('option', { value: p })))).catch(() => {});
   const V = h('input', { type: 'text', inputmode: 'decimal', placeholder: 'unchanged' });
   const segments = h('input', { type: 'text', placeholder: 'unchanged, e.g. 1,2,1,0' });
   const summary = h('div.error-summary', { role: 'alert', hidden: true });
@@ -87,6 +89,7 @@ export function openForkDialog(run) {
     summary,
     field('round', 'Start at round k', round, `0 … ${maxRound}`),
     field('policy', 'Policy', policy, 'from round k on'),
+    policyNames,
     field('V', 'V (Lyapunov trade-off)', V, 'empty: keep the parent\'s'),
     field('segments', 'Segments (TEBs per device)', segments, 'policy "fixed" only; comma-separated'),
     h('div.row', {}, submit, close),

@@ -20,8 +20,12 @@ export function forgetRun(runId) {
   details.delete(runId);
 }
 
-/** Eval metrics in order of preference for a one-number summary. */
-export const EVAL_PREFERENCE = ['eval_accuracy', 'eval_loss', 'eval_error_rate'];
+/**
+ * Eval metrics in order of preference for a one-number summary: perplexity first (only causal LM
+ * runs have it, and it says more about them than their token accuracy), then accuracy, loss and
+ * error rate.
+ */
+export const EVAL_PREFERENCE = ['eval_perplexity', 'eval_accuracy', 'eval_loss', 'eval_error_rate'];
 
 function last(series) {
   if (!series || !series.value.length) return null;

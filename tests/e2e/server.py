@@ -6,8 +6,9 @@
   Redis as broker and live channel (Redis Streams, under a key prefix of this session), and a real
   Celery worker process (``-c 2``, as many runs at once as the embedded default).
 
-Both get a bootstrap admin token for set-up through the API, and users of every role with known
-passwords.
+Both get a bootstrap admin token for set-up through the API, users of every role with known
+passwords, and a data directory of their own (``Server.data_dir``, COLLAPIPE_DATA_DIR; the worker
+reads the same one).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Server:
     process: subprocess.Popen[bytes]
     log_path: Path
     database_url: str
+    data_dir: Path
     deployment: str = "embedded"
     workers: ProcessGroup | None = None  # production: the Celery worker
 
@@ -105,6 +107,7 @@ def running_server(
             "COLLAPIPE_REDIS_URL": redis_url,
             "COLLAPIPE_REDIS_KEY_PREFIX": prefix,
             "COLLAPIPE_ARTIFACT_DIR": str(root / "runs"),
+            "COLLAPIPE_DATA_DIR": str(root / "data"),
             "COLLAPIPE_THREADS_PER_RUN": "1",
             "OMP_NUM_THREADS": "1",
             **(extra_env or {}),
@@ -130,6 +133,7 @@ def _serve(root: Path, database_url: str, executor: str, extra_env: dict[str, st
         "COLLAPIPE_THREADS_PER_RUN": "1",
         "COLLAPIPE_MAX_PARALLEL_RUNS": "2",
         "COLLAPIPE_SSE_HEARTBEAT_S": "2",
+        "COLLAPIPE_DATA_DIR": str(root / "data"),  # not ./data of the repository
         "OMP_NUM_THREADS": "1",
         **extra_env,
     }
@@ -142,7 +146,8 @@ def _serve(root: Path, database_url: str, executor: str, extra_env: dict[str, st
         process = subprocess.Popen(
             argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    server = Server(f"http://127.0.0.1:{port}", token, process, log_path, database_url)
+    data_dir = Path(env["COLLAPIPE_DATA_DIR"])
+    server = Server(f"http://127.0.0.1:{port}", token, process, log_path, database_url, data_dir)
     try:
         _wait_healthy(server)
         create_users(server)

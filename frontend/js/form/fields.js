@@ -17,15 +17,19 @@ export function parseNumber(text, integer) {
 
 function bounds(spec) {
   const parts = [];
-  if (spec.minimum !== undefined) parts.push(`≥ ${spec.minimum}`);
+  // nullable ints carry pydantic's own ge/le keys instead of minimum/maximum (see docs/dashboard.md)
+  const minimum = spec.minimum ?? spec.ge;
+  const maximum = spec.maximum ?? spec.le;
+  if (minimum !== undefined) parts.push(`≥ ${minimum}`);
   if (spec.exclusiveMinimum !== undefined) parts.push(`> ${spec.exclusiveMinimum}`);
-  if (spec.maximum !== undefined) parts.push(`≤ ${spec.maximum}`);
+  if (maximum !== undefined) parts.push(`≤ ${maximum}`);
   if (spec.exclusiveMaximum !== undefined) parts.push(`< ${spec.exclusiveMaximum}`);
   return parts.join(', ');
 }
 
 /** The wrapper every field shares: label, control, help (description and bounds), error slot. */
-export function fieldShell(path, label, control, spec, { wide = false, checkbox = false } = {}) {
+/** ``box``: what stands in the field for the control (the control and what goes with it). */
+export function fieldShell(path, label, control, spec, { wide = false, checkbox = false, box = control } = {}) {
   const id = control.id || uid('f');
   control.id = id;
   const helpId = `${id}-help`;
@@ -33,7 +37,7 @@ export function fieldShell(path, label, control, spec, { wide = false, checkbox 
   control.setAttribute('aria-describedby', `${helpId} ${errorId}`);
   const helpText = [spec.description, bounds(spec)].filter(Boolean).join(' · ');
   const labelEl = h('label', { for: id }, label);
-  const body = checkbox ? h('div.checkbox', {}, control, labelEl) : [labelEl, control];
+  const body = checkbox ? h('div.checkbox', {}, control, labelEl) : [labelEl, box];
   return h(
     `div.field${wide ? '.field-wide' : ''}`,
     { 'data-path': path },
@@ -64,10 +68,16 @@ export function numberField(path, label, spec, nullable) {
   };
 }
 
-export function textField(path, label, spec, nullable, { list } = {}) {
-  const input = h('input', { type: 'text', name: path, autocomplete: 'off', list, placeholder: nullable ? 'none' : '' });
+/**
+ * A string. With ``suggest`` (a Suggestions picker, form/suggestions.js), a select beside the input
+ * offers what the server has (its datasets, checkpoints, traces or policies): choosing one fills the
+ * input, which stays free to type in.
+ */
+export function textField(path, label, spec, nullable, { suggest } = {}) {
+  const input = h('input', { type: 'text', name: path, autocomplete: 'off', placeholder: nullable ? 'none' : '' });
+  const box = suggest ? h('div.with-picker', {}, input, suggest.picker(input, label)) : input;
   return {
-    el: fieldShell(path, label, input, spec),
+    el: fieldShell(path, label, input, spec, { box }),
     get() {
       return input.value === '' && nullable ? null : input.value;
     },
@@ -77,13 +87,17 @@ export function textField(path, label, spec, nullable, { list } = {}) {
   };
 }
 
-export function selectField(path, label, spec) {
-  const select = h('select', { name: path }, spec.enum.map((v) => h('option', { value: v }, v)));
+/** An enum as a select; a nullable enum has a first choice "none" that stands for null. */
+export function selectField(path, label, spec, nullable = false) {
+  const options = spec.enum.map((v) => h('option', { value: v }, v));
+  if (nullable) options.unshift(h('option', { value: '' }, 'none'));
+  const select = h('select', { name: path }, options);
   return {
     el: fieldShell(path, label, select, spec),
-    get: () => select.value,
+    get: () => (nullable && select.value === '' ? null : select.value),
     set(value) {
-      select.value = value ?? spec.default ?? spec.enum[0];
+      if (value === null && nullable) select.value = '';
+      else select.value = value ?? spec.default ?? (nullable ? '' : spec.enum[0]);
     },
   };
 }
@@ -118,31 +132,39 @@ export function listField(path, label, spec, nullable) {
   };
 }
 
-/** A small object of numbers on one line (a Range: low and high). */
-export function inlineObjectField(path, label, spec) {
-  const subs = [];
-  const group = h('div.field-inline', { role: 'group', 'aria-label': label });
-  for (const [name, sub] of Object.entries(spec.properties)) {
-    const id = uid('f');
-    const input = h('input', {
-      id, type: 'text', inputmode: 'decimal', name: `${path}.${name}`, autocomplete: 'off',
-      'aria-label': `${label} ${name}`,
-    });
-    subs.push({ name, input, integer: sub.type === 'integer' });
-    group.append(h('div.sub', { 'data-path': `${path}.${name}` }, h('label', { for: id }, name), input,
-      h('p.field-error', { role: 'alert', hidden: true })));
-  }
-  const el = h('div.field', { 'data-path': path }, h('span.label', { id: uid('lbl') }, h('strong.small', {}, label)), group,
-    h('span.help', {}, spec.description || ''), h('p.field-error', { role: 'alert', hidden: true }));
+/**
+ * An object of free keys (a JSON Schema object without properties, e.g. model.hf_config), typed as
+ * JSON. Empty means {} (null when nullable). Text that is not JSON goes to the API as typed, so the
+ * API's own message ("Input should be a valid dictionary") comes back next to the field.
+ */
+export function jsonField(path, label, spec, nullable) {
+  const textarea = h('textarea.json-input', {
+    name: path, rows: 2, spellcheck: 'false', autocomplete: 'off', placeholder: nullable ? 'none' : '{}',
+  });
   return {
-    el,
+    el: fieldShell(path, label, textarea, { ...spec, description: [spec.description, 'a JSON object'].filter(Boolean).join(' · ') }, { wide: true }),
     get() {
-      const value = {};
-      for (const s of subs) value[s.name] = parseNumber(s.input.value, s.integer);
-      return value;
+      const text = textarea.value.trim();
+      if (text === '') return nullable ? null : {};
+      try {
+        return JSON.parse(text);
+      } catch {
+        return textarea.value;
+      }
     },
     set(value) {
-      for (const s of subs) s.input.value = numberForInput(value?.[s.name]);
+      const empty = value === null || value === undefined || (typeof value === 'object' && !Object.keys(value).length);
+      if (empty) textarea.value = '';
+      else if (typeof value === 'string') textarea.value = value;
+      else textarea.value = jsonText(value);
     },
   };
+}
+
+/** A small flat object on one line ({"rope_theta": 10000}); anything bigger indented. */
+function jsonText(value) {
+  const entries = Array.isArray(value) ? [] : Object.entries(value);
+  const flat = entries.length && entries.length <= 4 && entries.every(([, v]) => v === null || typeof v !== 'object');
+  if (!flat) return JSON.stringify(value, null, 1);
+  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}: ${JSON.stringify(v)}`).join(', ')}}`;
 }

@@ -3,7 +3,9 @@
 // Every field carries data-path="section.field" so the API's 422 details land next to it.
 
 import { h, uid } from '../dom.js';
-import { checkboxField, inlineObjectField, listField, numberField, selectField, textField } from './fields.js';
+import { checkboxField, jsonField, listField, numberField, selectField, textField } from './fields.js';
+import { objectField } from './object-field.js';
+import { SUGGESTED_FIELDS, createSuggestions } from './suggestions.js';
 import { tableField } from './table-field.js';
 
 export const SECTIONS = ['network', 'channel', 'model', 'data', 'training', 'scheduler'];
@@ -12,8 +14,8 @@ const SECTION_HINTS = {
   experiment: 'name, seed, executor',
   network: 'clusters, devices and their links',
   channel: 'wireless channel model',
-  model: 'Transformer split into TEBs',
-  data: 'dataset and its split',
+  model: 'builtin or Hugging Face Transformer, split into blocks',
+  data: 'dataset or your files, tokenizer, split',
   training: 'rounds, micro-batches, optimizer',
   scheduler: 'policy, V, λ, micro-batches',
 };
@@ -43,9 +45,9 @@ function unwrapNullable(node, resolve) {
   return { spec: resolve(node), nullable: false };
 }
 
-function widgetFor(path, name, node, resolve) {
+function widgetFor(path, name, node, resolve, suggestions) {
   const { spec, nullable } = unwrapNullable(node, resolve);
-  if (Array.isArray(spec.enum)) return selectField(path, name, spec);
+  if (Array.isArray(spec.enum)) return selectField(path, name, spec, nullable);
   if (spec.type === 'boolean') return checkboxField(path, name, spec);
   if (spec.type === 'integer' || spec.type === 'number') return numberField(path, name, spec, nullable);
   if (spec.type === 'array') {
@@ -53,9 +55,14 @@ function widgetFor(path, name, node, resolve) {
     if (items.type === 'object' && items.properties) return tableField(path, name, spec, items, nullable);
     return listField(path, name, spec, nullable);
   }
-  if (spec.type === 'object' && spec.properties) return inlineObjectField(path, name, spec);
-  const list = name === 'policy' ? 'policy-names' : undefined;
-  return textField(path, name, spec, nullable, { list });
+  if (spec.type === 'object' && spec.properties) {
+    return objectField(path, name, spec, nullable, {
+      subWidget: (subPath, subName, subNode) => widgetFor(subPath, subName, subNode, resolve, suggestions),
+      subDefault: (subNode) => defaultsOf(unwrapNullable(subNode, resolve).spec, resolve),
+    });
+  }
+  if (spec.type === 'object') return jsonField(path, name, spec, nullable); // free keys (model.hf_config)
+  return textField(path, name, spec, nullable, { suggest: suggestions[SUGGESTED_FIELDS[path]] });
 }
 
 function section(key, title, description) {
@@ -84,9 +91,13 @@ function defaultsOf(spec, resolve) {
   return undefined;
 }
 
-/** Build the form; returns {element, get() -> config, set(config), sections}. */
+/**
+ * Build the form; returns {element, get() -> config, set(config), sections, widgets, suggestions}:
+ * ``suggestions`` (form/suggestions.js) are empty until the caller fills them from the server.
+ */
 export function buildSchemaForm(schema) {
   const resolve = resolver(schema);
+  const suggestions = createSuggestions();
   const widgets = new Map(); // path -> widget
   const element = h('div.schema-form');
   const sections = {};
@@ -96,7 +107,7 @@ export function buildSchemaForm(schema) {
   for (const name of TOP_LEVEL) {
     const node = schema.properties[name];
     if (!node) continue;
-    const widget = widgetFor(name, name, node, resolve);
+    const widget = widgetFor(name, name, node, resolve, suggestions);
     widgets.set(name, widget);
     defaults[name] = resolve(node).default;
     top.body.append(widget.el);
@@ -111,7 +122,7 @@ export function buildSchemaForm(schema) {
     defaults[key] = {};
     for (const [name, prop] of Object.entries(node.properties)) {
       const path = `${key}.${name}`;
-      const widget = widgetFor(path, name, prop, resolve);
+      const widget = widgetFor(path, name, prop, resolve, suggestions);
       widgets.set(path, widget);
       defaults[key][name] = defaultsOf(unwrapNullable(prop, resolve).spec, resolve);
       part.body.append(widget.el);
@@ -119,8 +130,6 @@ export function buildSchemaForm(schema) {
     sections[key] = part.fieldset;
     element.append(part.fieldset);
   }
-  // known policies for the policy field's suggestions (the API checks the name)
-  element.append(h('datalist', { id: 'policy-names' }, ['uniform', 'fixed', 'dssda'].map((p) => h('option', { value: p }))));
 
   function get() {
     const config = {};
@@ -147,5 +156,5 @@ export function buildSchemaForm(schema) {
   }
 
   set({});
-  return { element, get, set, sections, widgets };
+  return { element, get, set, sections, widgets, suggestions };
 }

@@ -15,6 +15,7 @@ export function createPreflight(panel) {
   function reset(message) {
     charts.splice(0).forEach(purge);
     clear(panel);
+    delete panel.dataset.state;
     panel.append(h('h2', {}, 'Pre-flight'));
     if (message) panel.append(h('p.muted', {}, message));
   }

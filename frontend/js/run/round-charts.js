@@ -1,5 +1,6 @@
-// Per-round curves: loss, eval metrics, round latency and the drift-plus-penalty objective terms.
-// History from GET /api/runs/{id}/rounds?fields=...; live rounds appended with extendTraces.
+// Per-round curves: loss, eval metrics, perplexity (causal LM runs), round latency and the
+// drift-plus-penalty objective terms. History from GET /api/runs/{id}/rounds?fields=...; live rounds
+// appended with extendTraces.
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
@@ -13,6 +14,7 @@ export const FROM_RECORD = {
   eval_loss: (r) => r.eval_loss,
   eval_accuracy: (r) => r.eval_metrics?.eval_accuracy,
   eval_error_rate: (r) => r.eval_metrics?.eval_error_rate,
+  eval_perplexity: (r) => r.eval_metrics?.eval_perplexity,
   latency_s: (r) => r.latency_s,
   makespan_s_max: (r) => max(r.makespan_s),
   aggregation_s: (r) => r.aggregation_s,
@@ -29,12 +31,23 @@ const EMPTY_NOTE = {
 export const ROUND_CHARTS = [
   { id: 'loss', title: 'Loss', unit: '1', note: 'train_loss (mean over clusters) and eval_loss after FedAvg', fields: ['train_loss', 'eval_loss'] },
   { id: 'eval', title: 'Eval metrics', unit: '1', note: 'eval_accuracy, eval_error_rate (seq2seq) on the held-out set', fields: ['eval_accuracy', 'eval_error_rate'] },
+  // perplexity runs from thousands down to tens: an axis of its own, logarithmic
+  {
+    id: 'perplexity', title: 'Eval perplexity', unit: '1', log: true, fields: ['eval_perplexity'],
+    note: 'eval_perplexity = exp(token-weighted eval loss) on the held-out set; log scale',
+    when: (config) => config.model.kind === 'causal_lm',
+  },
   { id: 'round-latency', title: 'Round latency', unit: 's', note: 'latency_s (modeled), slowest cluster\'s makespan_s, aggregation_s', fields: ['latency_s', 'makespan_s_max', 'aggregation_s'] },
   { id: 'objective', title: 'Objective terms', unit: '1', note: 'V·T (objective_latency), V·λ·G(M), Σ Q_k·E_k', fields: ['objective_latency', 'objective_convergence', 'objective_energy'] },
 ];
 
-export function roundFields() {
-  return ROUND_CHARTS.flatMap((c) => c.fields);
+/** The charts a run shows: every chart, and those a run's config asks for (perplexity: causal LM). */
+export function roundChartsFor(config) {
+  return ROUND_CHARTS.filter((c) => !c.when || c.when(config));
+}
+
+export function roundFields(charts = ROUND_CHARTS) {
+  return charts.flatMap((c) => c.fields);
 }
 
 export class RoundChart {
@@ -61,7 +74,7 @@ export class RoundChart {
       annotations: this.empty ? [EMPTY_NOTE] : [],
       margin: { l: 58, r: 12, t: 24, b: 40 },
       xaxis: liveAxis({ title: { text: 'round' } }),
-      yaxis: liveAxis(axisFormat(this.def.unit)),
+      yaxis: liveAxis({ ...axisFormat(this.def.unit), ...(this.def.log ? { type: 'log', tickformat: '.3~s' } : {}) }),
     });
     plotly().newPlot(this.el, traces, layout, PLOT_CONFIG);
     this.drawn = true;

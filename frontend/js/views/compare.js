@@ -1,7 +1,10 @@
 // Compare runs: pick runs and a baseline, overlay their curves, and a table of each figure with its
 // ratio to the baseline (GET /api/compare), exportable as CSV (built in the browser from that answer).
+// One curve shows an eval metric the user chooses among the catalogue's (GET /api/config/metrics):
+// at first the one the compared runs have, in EVAL_PREFERENCE's order (perplexity for causal LMs).
 
 import { get } from '../api.js';
+import { EVAL_PREFERENCE } from '../run-info.js';
 import { h, clear, statusBadge, uid } from '../dom.js';
 import { formatNumber, formatPercent, formatRatio, formatValue } from '../format.js';
 import { PLOT_CONFIG, baseLayout, plotly, purge, seriesColor } from '../plot.js';
@@ -14,10 +17,22 @@ const FIGURES = [
 ];
 const CURVES = [
   { field: 'eval_loss', title: 'Eval loss', unit: '1' },
-  { field: 'eval_accuracy', title: 'Eval accuracy', unit: '1' },
+  { field: null, title: 'Eval metric', unit: '1' }, // the chosen eval metric
   { field: 'latency_s', title: 'Round latency (modeled)', unit: 's' },
   { field: 'train_loss', title: 'Train loss', unit: '1' },
 ];
+const LOG_SCALE = new Set(['eval_perplexity']); // thousands down to tens
+
+let evalCatalogue = null;
+/** Eval metrics a user may chart (the catalogue's eval_* but eval_loss, which has its own chart). */
+async function evalMetrics() {
+  if (!evalCatalogue) {
+    evalCatalogue = get('/api/config/metrics')
+      .then((all) => all.filter((m) => m.scope === 'round' && m.name.startsWith('eval_') && m.name !== 'eval_loss'))
+      .catch(() => { evalCatalogue = null; return EVAL_PREFERENCE.filter((n) => n !== 'eval_loss').map((name) => ({ name, description: '' })); });
+  }
+  return evalCatalogue;
+}
 
 export function mountCompare(main, { query }) {
   const chosen = new Set((query.get('ids') || '').split(',').map(Number).filter((n) => Number.isInteger(n) && n > 0));
@@ -102,23 +117,51 @@ export function mountCompare(main, { query }) {
             h('div.small.muted', {}, row.run_id === result.baseline_run_id ? 'baseline' : formatRatio(row.ratios[`final_${k}`]))))))))));
   }
 
+  function drawCurve(el, result, series, field) {
+    purge(el);
+    const traces = result.runs.map((row, i) => ({
+      type: 'scatter', mode: 'lines', name: `#${row.run_id} ${row.name}`,
+      x: series[i].series[field]?.round || [], y: series[i].series[field]?.value || [],
+      line: { color: seriesColor(i), width: row.run_id === result.baseline_run_id ? 3 : 2 },
+    }));
+    const yaxis = { gridcolor: '#eef1f5', zeroline: false, automargin: true, ...(LOG_SCALE.has(field) ? { type: 'log', tickformat: '.3~s' } : {}) };
+    plotly().newPlot(el, traces, baseLayout({ showlegend: true, margin: { l: 58, r: 12, t: 30, b: 40 }, yaxis }), PLOT_CONFIG);
+    el.dataset.field = field;
+    if (!charts.includes(el)) charts.push(el);
+  }
+
+  /** The eval metric chart's control: the catalogue's eval metrics, the runs' own first. */
+  function evalChooser(metrics, result, onChange) {
+    const have = new Set(result.runs.flatMap((r) => Object.keys(r.final_eval)));
+    const ranked = EVAL_PREFERENCE.filter((n) => have.has(n) && metrics.some((m) => m.name === n));
+    const chosen = ranked[0] || metrics[0]?.name || 'eval_accuracy';
+    const id = uid('compare-eval');
+    const select = h('select', { id }, metrics.map((m) => h('option', { value: m.name, title: m.description }, m.name)));
+    select.value = chosen;
+    select.addEventListener('change', () => onChange(select.value));
+    return { control: h('div.control.control-inline', {}, h('label', { for: id }, 'Eval metric'), select), chosen };
+  }
+
   async function renderCurves(result) {
     const grid = h('div.grid');
     results.append(h('div.section-title', {}, h('h2', {}, 'Curves')), grid);
+    const metrics = await evalMetrics();
+    const fields = [...new Set([...CURVES.map((c) => c.field).filter(Boolean), ...metrics.map((m) => m.name)])];
     const series = await Promise.all(result.runs.map((row) => get(`/api/runs/${row.run_id}/rounds`, {
-      fields: CURVES.map((c) => c.field), max_points: 500,
+      fields, max_points: 500,
     })));
     if (closed) return;
     for (const curve of CURVES) {
-      const el = h('div.chart', { 'data-chart': `compare-${curve.field}` });
-      grid.append(h('section.chart-panel', {}, h('h3', {}, curve.title), el));
-      const traces = result.runs.map((row, i) => ({
-        type: 'scatter', mode: 'lines', name: `#${row.run_id} ${row.name}`,
-        x: series[i].series[curve.field].round, y: series[i].series[curve.field].value,
-        line: { color: seriesColor(i), width: row.run_id === result.baseline_run_id ? 3 : 2 },
-      }));
-      plotly().newPlot(el, traces, baseLayout({ showlegend: true, margin: { l: 58, r: 12, t: 30, b: 40 } }), PLOT_CONFIG);
-      charts.push(el);
+      if (curve.field) {
+        const el = h('div.chart', { 'data-chart': `compare-${curve.field}` });
+        grid.append(h('section.chart-panel', {}, h('h3', {}, curve.title), el));
+        drawCurve(el, result, series, curve.field);
+        continue;
+      }
+      const el = h('div.chart', { 'data-chart': 'compare-eval-metric' });
+      const { control, chosen } = evalChooser(metrics, result, (field) => drawCurve(el, result, series, field));
+      grid.append(h('section.chart-panel', {}, h('div.chart-head', {}, h('h3', {}, curve.title), control), el));
+      drawCurve(el, result, series, chosen);
     }
   }
 

@@ -1,11 +1,14 @@
 // Launch: the config form generated from the JSON Schema, presets, the API's validation errors next
-// to their fields, a pre-flight of round 0, then POST /api/runs.
+// to their fields, a pre-flight of round 0, then POST /api/runs. A preset is shown as the API reads
+// it (POST /api/config/validate fills what it leaves out: defaults, the kind of an architecture);
+// fields naming files or policies suggest what the server has (GET /api/files, /api/config/policies).
 
 import { get, post } from '../api.js';
 import { h, clear, uid } from '../dom.js';
 import { can } from '../session.js';
 import { buildSchemaForm } from '../form/schema-form.js';
 import { clearErrors, showErrors } from '../form/errors.js';
+import { loadSuggestions } from '../form/suggestions.js';
 import { createPreflight } from '../launch/preflight.js';
 
 // config errors name config.<path>; the run's own fields (name) keep body.<field>
@@ -48,12 +51,34 @@ export function mountLaunch(main) {
   preflight = createPreflight(side);
   let schemaForm = null;
 
+  let presetLoads = 0;
+
+  /**
+   * Show preset ``id`` (or the schema's defaults): first as written, then as the API reads it —
+   * unless the user has typed in the form meanwhile. A preset the API refuses keeps its errors shown.
+   */
   async function loadPreset(id) {
+    const load = ++presetLoads;
+    delete form.dataset.presetLoaded; // set again once the preset is shown as the API reads it
     const entry = presetIndex.find((p) => p.id === id);
     const config = entry ? await get(`/presets/${entry.file}`) : {};
+    if (closed || load !== presetLoads) return;
     schemaForm.set(config);
     clearErrors(form, summary);
     preflight.reset('Preset loaded. Check it to see the first round per device.');
+    const asSet = JSON.stringify(schemaForm.get());
+    status.textContent = 'Reading the preset as the server does…';
+    try {
+      const normalized = await post('/api/config/validate', config);
+      if (closed || load !== presetLoads) return;
+      if (JSON.stringify(schemaForm.get()) === asSet) schemaForm.set(normalized);
+      status.textContent = '';
+    } catch (error) {
+      if (closed || load !== presetLoads) return;
+      status.textContent = '';
+      showErrors(form, summary, error, { prefixes: PREFIXES });
+    }
+    form.dataset.presetLoaded = id || 'defaults';
   }
 
   async function init() {
@@ -71,8 +96,8 @@ export function mountLaunch(main) {
     schemaForm = buildSchemaForm(schemaCache);
     clear(formSlot).append(schemaForm.element);
     presetSelect.value = 'quickstart';
-    await loadPreset('quickstart');
-    form.dataset.ready = 'true';
+    await Promise.all([loadPreset('quickstart'), loadSuggestions(schemaForm.suggestions)]);
+    if (!closed) form.dataset.ready = 'true';
   }
 
   presetSelect.addEventListener('change', () => loadPreset(presetSelect.value));

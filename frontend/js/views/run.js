@@ -17,7 +17,7 @@ import { ownerName } from '../session.js';
 import { forgetRun } from '../run-info.js';
 import { nowUnixMs, recordDraw, recordView, stats } from '../stats.js';
 import { DEVICE_CHARTS, DEVICE_FIGURES, DeviceCharts, limitMetrics, seriesMetrics } from '../run/device-charts.js';
-import { ROUND_CHARTS, RoundChart, roundFields } from '../run/round-charts.js';
+import { RoundChart, roundChartsFor, roundFields } from '../run/round-charts.js';
 import { SegmentCharts } from '../run/segments.js';
 import { GanttView } from '../run/gantt.js';
 import { DecisionLog } from '../run/decisions.js';
@@ -38,6 +38,11 @@ function deviceIds(config) {
     for (let k = 0; k < config.network.devices_per_cluster; k += 1) ids.push(`c${n}-d${k}`);
   }
   return ids;
+}
+
+/** "llama causal_lm" (a Hugging Face family) or "builtin seq2seq". */
+function modelLabel(model) {
+  return `${model.source === 'transformers' && model.architecture ? model.architecture : 'builtin'} ${model.kind}`;
 }
 
 const nextFrame = () => new Promise((resolve) => requestAnimationFrame(() => resolve()));
@@ -91,7 +96,7 @@ export function mountRun(main, { runId }) {
     const n = run.config.network;
     clear(meta).append(
       `#${run.id} · policy ${run.policy} · V = ${formatNumber(s.V)} · ${n.num_clusters} clusters × ${n.devices_per_cluster} devices · `,
-      `${run.config.model.num_blocks} TEBs · executor ${run.executor} · created ${formatTime(run.created_at)}`,
+      `${modelLabel(run.config.model)} · ${run.config.model.num_blocks} TEBs · executor ${run.executor} · created ${formatTime(run.created_at)}`,
       run.parent_run_id ? [' · fork of ', h('a', { href: `#/runs/${run.parent_run_id}` }, `#${run.parent_run_id}`), ` at round ${run.fork_round}`] : '',
       ' · owner ', h('span', { 'data-owner': '' }, '…'),
     );
@@ -162,10 +167,10 @@ export function mountRun(main, { runId }) {
 
   function layout(initial) {
     const n = run.config.network;
-    parts.tiles = new Tiles();
+    parts.tiles = new Tiles(run.config);
     // the per-device charts: two figures of stacked subplots; only the one on screen redraws live
     parts.device = DEVICE_FIGURES.map(({ id, charts }) => new DeviceCharts(DEVICE_CHARTS.filter((c) => charts.includes(c.id)), devices, id));
-    parts.round = ROUND_CHARTS.map((def) => new RoundChart(def));
+    parts.round = roundChartsFor(run.config).map((def) => new RoundChart(def));
     parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_blocks);
     parts.gantt = new GanttView(run.id, n.num_clusters);
     parts.decisions = new DecisionLog(run.id);
@@ -213,7 +218,7 @@ export function mountRun(main, { runId }) {
     initial.forEach((d) => loaded.add(d));
     const [history, rounds, heat, latestDecision, measured] = await Promise.all([
       deviceHistory(initial, R),
-      empty ? { series: {} } : get(`/api/runs/${run.id}/rounds`, { fields: roundFields(), max_points: ROUND_POINTS, ...range }),
+      empty ? { series: {} } : get(`/api/runs/${run.id}/rounds`, { fields: roundFields(parts.round.map((c) => c.def)), max_points: ROUND_POINTS, ...range }),
       empty ? { series: {} } : get(`/api/runs/${run.id}/devices`, { metric: 'num_blocks', max_points: HEATMAP_POINTS, method: 'mean', ...range }),
       parts.decisions.load(R),
       parts.measured ? parts.measured.load(R) : [],

@@ -1,0 +1,214 @@
+"""What the split costs in training time: the ``simulated`` executor against plain loops, side by side.
+
+For a builtin model (the quickstart's encoder-decoder) and a transformers model (the llm-causal
+example's LLaMA-style decoder), one round of the same decision (uniform segments, M micro-batches of
+b samples, I local iterations per cluster) is trained four ways, interleaved (each repeat runs every
+way once, in a rotated order) and repeated; per way the median time per training sample and the
+spread (min–max) over the repeats are printed, and the ratios:
+
+- ``simulated_train``: the simulated executor's own training steps (its ``accumulate_microbatches``
+  through the split stages, ``zero_grad`` and ``optimizer.step``, timed inside ``execute``): FedAvg,
+  loading the global weights and the per-cluster state copies are OUTSIDE the timed part;
+- ``simulated_round``: the whole ``execute`` minus its evaluation: FedAvg and the copies INSIDE;
+- ``plain_accumulated``: the same unsplit model in one plain loop over the same micro-batches,
+  ``loss.sum(chunk) / N`` backward per micro-batch, one optimizer step (goal: simulated_train at
+  most 1.05 × this). For a transformers model that is the transformers model itself, called as its
+  users call it (``model(input_ids, attention_mask).logits``), not the split parts;
+- ``plain_full_batch``: the same samples as one batch (the cost of micro-batching itself).
+
+One torch thread. Print: ``.venv/bin/python bench/training_overhead.py [--repeats 7]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from collapipe_core import api  # noqa: E402
+from collapipe_core.config import ExperimentConfig  # noqa: E402
+from collapipe_core.data import batch_indices, load_dataset  # noqa: E402
+from collapipe_core.decision import Decision  # noqa: E402
+from collapipe_core.models import split_targets  # noqa: E402
+from collapipe_core.models.losses import source_mask  # noqa: E402
+from collapipe_core.pipeline import simulated as simulated_module  # noqa: E402
+from collapipe_core.pipeline.simulated import SimulatedExecutor, make_optimizer  # noqa: E402
+from collapipe_core.state import RoundState, build_environment, observe  # noqa: E402
+
+MODELS = {
+    "builtin seq2seq (quickstart)": ("examples/quickstart.yaml", {}),
+    "transformers llama (llm-causal)": ("examples/llm-causal.yaml", {}),
+}
+
+
+class Timer:
+    """Seconds spent in the wrapped calls, since the last reset."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        return timed
+
+
+@contextmanager
+def instrumented(train: Timer, evaluation: Timer) -> Iterator[None]:
+    """Time the simulated executor's training steps and its evaluation from inside ``execute``."""
+    original_accumulate = simulated_module.accumulate_microbatches
+    original_optimizer = simulated_module.make_optimizer
+    original_evaluate = simulated_module.evaluate_model
+
+    def timed_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+        optimizer = original_optimizer(config, model)
+        optimizer.step = train.wrap(optimizer.step)  # type: ignore[method-assign]
+        optimizer.zero_grad = train.wrap(optimizer.zero_grad)  # type: ignore[method-assign]
+        return optimizer
+
+    simulated_module.accumulate_microbatches = train.wrap(original_accumulate)
+    simulated_module.make_optimizer = timed_optimizer
+    simulated_module.evaluate_model = evaluation.wrap(original_evaluate)
+    try:
+        yield
+    finally:
+        simulated_module.accumulate_microbatches = original_accumulate
+        simulated_module.make_optimizer = original_optimizer
+        simulated_module.evaluate_model = original_evaluate
+
+
+class Plain:
+    """The unsplit model trained in a plain loop on the simulated executor's batches."""
+
+    def __init__(self, executor: SimulatedExecutor) -> None:
+        self.executor = executor
+        self.model = copy.deepcopy(executor.model)
+        self.hf_model = getattr(self.model, "hf_model", None)  # the transformers model the parts wrap
+        self.optimizers = [make_optimizer(executor.config, self.model) for _ in executor.bundle.shards]
+
+    def logits(self, src: torch.Tensor, mask: torch.Tensor, dec_in: torch.Tensor | None) -> torch.Tensor:
+        if self.hf_model is None:
+            out: torch.Tensor = self.model(src, mask, dec_in)
+            return out
+        kwargs: dict[str, Any] = {"input_ids": src, "attention_mask": mask.long(), "use_cache": False}
+        if dec_in is not None:
+            kwargs["decoder_input_ids"] = dec_in
+        logits: torch.Tensor = self.hf_model(**kwargs).logits
+        return logits
+
+    def round(self, state: RoundState, decision: Decision, microbatched: bool) -> float:
+        ex, b = self.executor, state.settings.microbatch_size
+        started = time.perf_counter()
+        for n, (shard, cluster) in enumerate(zip(ex.bundle.shards, decision.clusters, strict=True)):
+            optimizer, micro = self.optimizers[n], cluster.num_microbatches
+            for it in range(state.settings.local_iterations):
+                idx = batch_indices(len(shard), micro * b, (ex.config.seed, state.round_index, n, it))
+                src, tgt = shard.src[idx], shard.tgt[idx]
+                mask = source_mask(src, ex.pad_id)
+                optimizer.zero_grad(set_to_none=True)
+                num_terms = ex.loss.checked_terms(split_targets(ex.model.kind, tgt)[1])
+                chunks = micro if microbatched else 1
+                for s, m, y in zip(
+                    *(torch.split(x, src.shape[0] // chunks) for x in (src, mask, tgt)), strict=True
+                ):
+                    dec_in, labels = split_targets(ex.model.kind, y)
+                    (ex.loss.sum(self.logits(s, m, dec_in), labels) / num_terms).backward()
+                optimizer.step()
+        return time.perf_counter() - started
+
+
+def measure(path: str, repeats: int) -> dict[str, Any]:
+    config = api.load_config(REPO / path, {"executor": "simulated"})
+    bundle = load_dataset(config)
+    env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size, None)
+    executor = SimulatedExecutor(config, bundle)
+    plain = Plain(executor)
+    state = observe(env, 0)
+    decision = api.decide("uniform", state)
+    samples = sum(c.num_microbatches for c in decision.clusters) * config.training.microbatch_size
+    samples *= config.training.local_iterations
+    train, evaluation = Timer(), Timer()
+    ways: dict[str, Callable[[], tuple[float, float]]] = {}
+
+    def simulated() -> tuple[float, float]:
+        train.seconds = evaluation.seconds = 0.0
+        started = time.perf_counter()
+        with instrumented(train, evaluation):
+            executor.execute(state, decision)
+        whole = time.perf_counter() - started - evaluation.seconds
+        return train.seconds, whole
+
+    ways["simulated"] = simulated
+    ways["plain_accumulated"] = lambda: (plain.round(state, decision, True),) * 2
+    ways["plain_full_batch"] = lambda: (plain.round(state, decision, False),) * 2
+    simulated()  # warm-up: allocator, lazy imports
+    plain.round(state, decision, True)
+    times: dict[str, list[float]] = {
+        "simulated_train": [],
+        "simulated_round": [],
+        "plain_accumulated": [],
+        "plain_full_batch": [],
+    }
+    order = list(ways)
+    for r in range(repeats):
+        for name in order[r % len(order) :] + order[: r % len(order)]:
+            first, second = ways[name]()
+            if name == "simulated":
+                times["simulated_train"].append(first / samples)
+                times["simulated_round"].append(second / samples)
+            else:
+                times[name].append(first / samples)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "samples_per_round": samples,
+        "ms_per_sample": {
+            k: {
+                "median": round(1e3 * median[k], 4),
+                "min": round(1e3 * min(v), 4),
+                "max": round(1e3 * max(v), 4),
+            }
+            for k, v in times.items()
+        },
+        "ratios": {
+            "simulated_train / plain_accumulated (goal <= 1.05)": round(
+                median["simulated_train"] / median["plain_accumulated"], 3
+            ),
+            "simulated_round / plain_accumulated (FedAvg, copies inside)": round(
+                median["simulated_round"] / median["plain_accumulated"], 3
+            ),
+            "plain_accumulated / plain_full_batch (micro-batching itself)": round(
+                median["plain_accumulated"] / median["plain_full_batch"], 3
+            ),
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    report = {name: measure(path, args.repeats) for name, (path, _) in MODELS.items()}
+    report["threads"] = torch.get_num_threads()
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
