@@ -78,6 +78,12 @@ def run(
         _truncate_records(out / "records.jsonl", start)
         sinks.append(JsonLinesSink(out / "records.jsonl"))
     runner.sink = FanOutSink(*sinks)
+    if runner.data_truncated_rows:
+        err_console.print(
+            f"data: {runner.data_truncated_rows} rows were longer than model.seq_len (or target_len) and "
+            "were cut; data.truncate: false refuses such files instead",
+            highlight=False,
+        )
     if json_output:
         summary = runner.run(on_round=lambda r: print(json.dumps(r.to_json()), flush=True))
         print(json.dumps({"summary": vars(summary)}))

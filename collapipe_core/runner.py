@@ -47,6 +47,7 @@ class RunSummary:
     peak_memory_bytes: dict[str, float] = field(default_factory=dict)
     final_eval: dict[str, float] = field(default_factory=dict)
     infeasible_rounds: int = 0
+    data_truncated_rows: int = 0  # user files: rows cut to the model's lengths (data.truncate)
 
 
 def make_executor(config: ExperimentConfig, workspace: Workspace) -> tuple[Executor, Environment]:
@@ -66,6 +67,7 @@ def make_executor(config: ExperimentConfig, workspace: Workspace) -> tuple[Execu
         from collapipe_core.pipeline.simulated import SimulatedExecutor
 
         return SimulatedExecutor(config, bundle, pretrained_dir=pretrained), env
+    # the analytic executor trains nothing: the data is read for its vocabulary only
     src_vocab, tgt_size = vocab_sizes(config, workspace)
     return AnalyticExecutor(), build_environment(config, src_vocab, tgt_size, trace, pretrained)
 
@@ -86,6 +88,8 @@ class Runner:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.policy = workspace.policies.create(config.scheduler.policy)
         self.executor, self.env = make_executor(config, workspace)
+        bundle = getattr(self.executor, "bundle", None)
+        self.data_truncated_rows = int(bundle.truncated_rows) if bundle is not None else 0
         shape = self.env.scenario.shape
         self.queues: FloatArray = np.zeros(shape)
         self.next_round = 0
@@ -129,7 +133,9 @@ class Runner:
             if should_stop() and self.next_round < end:
                 stopped = True
                 break
-        return self._summary_acc.summary(self.next_round, total, stopped or self.next_round < total)
+        summary = self._summary_acc.summary(self.next_round, total, stopped or self.next_round < total)
+        summary.data_truncated_rows = self.data_truncated_rows
+        return summary
 
     def run_round(self, t: int) -> RoundResult:
         state = observe(self.env, t, self.queues)

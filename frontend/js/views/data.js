@@ -45,7 +45,7 @@ export function mountData(main) {
     if (remove) remove.addEventListener('click', () => confirmDelete(file));
     return h('tr', { 'data-name': file.name, 'data-size-bytes': file.size_bytes },
       h('td', {}, h('code', {}, file.name)),
-      h('td.num', { title: `${file.size_bytes.toLocaleString()} bytes`, 'data-col': 'size' }, formatValue(file.size_bytes, 'bytes')),
+      h('td.num.nowrap', { title: `${file.size_bytes.toLocaleString()} bytes`, 'data-col': 'size' }, formatValue(file.size_bytes, 'bytes')),
       h('td.small.nowrap', { title: file.modified_at }, formatTime(file.modified_at)),
       file.kind === 'checkpoint' ? h('td.small', {}, (file.files || []).map((n, i) => [i ? ', ' : '', h('code', {}, n)])) : null,
       remove ? h('td', {}, remove) : null);
