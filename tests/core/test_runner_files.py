@@ -42,10 +42,8 @@ def _rows(kind: str) -> list[dict[str, Any]]:
             rows.append({"source": f"{a} {b}", "target": f"{b} {a}"})
         else:
             rows.append({"text": f"The {a} comes before the {b}, said text {i}."})
-    rows[0] = {
-        **rows[0],
-        **({"text": " ".join(WORDS * 3)} if kind != "seq2seq" else {}),
-    }  # longer than seq_len
+    long = " ".join(WORDS * 3)  # longer than seq_len: cut (and counted) unless it is causal LM text
+    rows[0] = {**rows[0], **({"source": long} if kind == "seq2seq" else {"text": long})}
     return rows
 
 
