@@ -126,6 +126,8 @@ def pretrained_dir(config: ExperimentConfig, workspace: Workspace) -> Path | Non
     name = config.model.pretrained_path
     if name is None:
         return None
+    if "://" in name:
+        raise FileRefused(PRETRAINED_FIELD, name, f"{short(name)} is a URL; CollaPipe never downloads models")
     try:
         directory = workspace.directory(PRETRAINED_FIELD, name)
         return checked_pretrained_dir(directory)

@@ -159,3 +159,38 @@ def test_a_trace_is_read_and_checked_in_the_workspace(tmp_path: Path) -> None:
 def test_examples_read_by_any_yaml_loader_are_valid(path: Path) -> None:
     """PyYAML (YAML 1.1) reads 4.0e9 as text; the examples write numbers every loader reads as numbers."""
     assert parse_config(yaml.safe_load(path.read_text()))
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("gpt2", "Hugging Face Hub name"),
+        ("meta-llama/Llama-2-7b-hf", "Hugging Face Hub name"),
+        ("https://huggingface.co/gpt2", "URL"),
+        ("/no/such/checkpoint", "does not exist"),
+    ],
+)
+def test_a_pretrained_path_is_a_local_directory_and_never_fetched(name: str, why: str) -> None:
+    data = _base()
+    data["model"] = {"source": "transformers", "architecture": "gpt2", "pretrained_path": name}
+    data["data"]["dataset"] = "pydoc-topics"
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    problem = info.value.problems[0]
+    assert problem.field == "model.pretrained_path" and why in problem.message, problem
+
+
+def test_a_service_names_a_checkpoint_inside_its_data_directory(tmp_path: Path) -> None:
+    service = Workspace.service(tmp_path, PolicyRegistry(), max_file_bytes=10_000, memory_limit_bytes=None)
+    data = _base()
+    data["data"]["dataset"] = "pydoc-topics"
+    for name, message in [
+        ("gpt2", "no directory named 'gpt2' in the data directory; it looks like a Hugging Face Hub name"),
+        ("https://example.org/model", "is a URL; CollaPipe never downloads models"),
+        ("../checkpoints/x", "must not contain '..'"),
+    ]:
+        data["model"] = {"source": "transformers", "architecture": "gpt2", "pretrained_path": name}
+        with pytest.raises(ConfigError) as info:
+            parse_config(data, service)
+        problem = info.value.problems[0]
+        assert problem.field == "model.pretrained_path" and message in problem.message, problem
