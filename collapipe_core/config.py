@@ -139,8 +139,8 @@ class ChannelConfig(_Section):
     path_loss_exponent: float = Field(default=3.0, ge=1.0, le=8.0, description="α of the log-distance model")
     reference_loss_db: float = Field(default=38.5, ge=0.0, le=1000.0, description="path loss at 1 m (dB)")
     rayleigh_fading: bool = Field(default=True, description="redraw |g|² ~ Exp(1) per device and round")
-    seed: Integral | None = Field(
-        default=None, ge=0, le=MAX_INT, description="seed of the channel trace; defaults to the run's seed"
+    seed: Annotated[Integral, Field(ge=0, le=MAX_INT)] | None = Field(
+        default=None, description="seed of the channel trace; defaults to the run's seed"
     )
 
 
@@ -190,10 +190,8 @@ class ModelConfig(_Section):
     )
     d_model: Integral = Field(default=64, ge=8, le=16384, description="hidden size d")
     num_heads: Integral = Field(default=4, ge=1, le=1024, description="attention heads; must divide d_model")
-    num_kv_heads: Integral | None = Field(
+    num_kv_heads: Annotated[Integral, Field(ge=1, le=1024)] | None = Field(
         default=None,
-        ge=1,
-        le=1024,
         description="llama: key/value heads (grouped-query attention); must "
         "divide num_heads; None = num_heads",
     )
@@ -213,8 +211,8 @@ class ModelConfig(_Section):
     )
     seq_len: Integral = Field(default=24, ge=2, le=8192, description="s: padded source length (tokens)")
     target_len: Integral = Field(default=20, ge=2, le=8192, description="padded target length (seq2seq)")
-    vocab_size: Integral | None = Field(
-        default=None, ge=4, le=2**24, description="vocabulary; None takes the dataset tokenizer's size"
+    vocab_size: Annotated[Integral, Field(ge=4, le=2**24)] | None = Field(
+        default=None, description="vocabulary; None takes the dataset tokenizer's size"
     )
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     bytes_per_element: Integral = Field(
@@ -444,4 +442,20 @@ class ExperimentConfig(_Section):
 
 def config_json_schema() -> dict[str, object]:
     """The JSON Schema the API and the browser form are generated from."""
-    return ExperimentConfig.model_json_schema(by_alias=True)
+    schema = _standard_bounds(ExperimentConfig.model_json_schema(by_alias=True))
+    assert isinstance(schema, dict)
+    return schema
+
+
+_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+
+
+def _standard_bounds(node: object) -> object:
+    """Bounds as JSON Schema names them: pydantic writes its own (``ge``, ``le``) for an optional
+    ``Integral``, whose validator wraps the integer schema."""
+    if isinstance(node, dict):
+        typed = node.get("type") in ("integer", "number")
+        return {(_BOUNDS.get(k, k) if typed else k): _standard_bounds(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_standard_bounds(v) for v in node]
+    return node

@@ -18,3 +18,7 @@ class DataFileOut(BaseModel):
     size_bytes: int = Field(description="a checkpoint: all its files")
     modified_at: datetime
     files: list[str] | None = Field(default=None, description="a checkpoint's files")
+    complete: bool = Field(
+        default=True,
+        description="a checkpoint has its config.json (one still uploading, or cut short, has not)",
+    )

@@ -59,9 +59,8 @@ def checked_name(name: str) -> tuple[str, list[str]]:
     elif len(parts) != 2 or not parts[1].endswith(SUFFIXES[parts[0]]):
         problem = f"is {parts[0]}/NAME with NAME ending in {' or '.join(SUFFIXES[parts[0]])}"
     if problem is not None:
-        raise InvalidInput(
-            f"the file's path {problem}", [{"field": FIELD, "value": name[:60], "message": problem}]
-        )
+        message = f"the file's path {problem}"
+        raise InvalidInput(message, [{"field": FIELD, "value": name[:60], "message": message}])
     return parts[0], parts
 
 
@@ -78,13 +77,16 @@ def list_files(data_dir: Path) -> list[DataFileOut]:
             name = f"{folder}/{entry.name}"
             if kind == "checkpoint" and entry.is_dir():
                 files = sorted(p.name for p in entry.iterdir() if p.is_file() and not p.name.startswith("."))
-                if "config.json" not in files:
-                    continue
                 size = sum((entry / f).stat().st_size for f in files)
-                modified = max((entry / f).stat().st_mtime for f in files)
+                modified = max([entry.stat().st_mtime, *((entry / f).stat().st_mtime for f in files)])
                 found.append(
                     DataFileOut(
-                        name=name, kind="checkpoint", size_bytes=size, modified_at=_utc(modified), files=files
+                        name=name,
+                        kind="checkpoint",
+                        size_bytes=size,
+                        modified_at=_utc(modified),
+                        files=files,
+                        complete="config.json" in files,
                     )
                 )
             elif kind != "checkpoint" and entry.is_file() and entry.name.endswith(SUFFIXES[folder]):

@@ -47,7 +47,8 @@ export function mountData(main) {
       h('td', {}, h('code', {}, file.name)),
       h('td.num.nowrap', { title: `${file.size_bytes.toLocaleString()} bytes`, 'data-col': 'size' }, formatValue(file.size_bytes, 'bytes')),
       h('td.small.nowrap', { title: file.modified_at }, formatTime(file.modified_at)),
-      file.kind === 'checkpoint' ? h('td.small', {}, (file.files || []).map((n, i) => [i ? ', ' : '', h('code', {}, n)])) : null,
+      file.kind === 'checkpoint' ? h('td.small', {}, (file.files || []).map((n, i) => [i ? ', ' : '', h('code', {}, n)]),
+        file.complete === false ? h('span.muted', {}, ' — incomplete: no config.json yet') : null) : null,
       remove ? h('td', {}, remove) : null);
   }
 

@@ -134,7 +134,7 @@ def test_a_checkpoint_uploaded_file_by_file_loads_through_pretrained_path(
     for path in sorted(saved.iterdir()):
         assert _put(api, f"checkpoints/tiny-bert/{path.name}", path.read_bytes()).status_code == 201
     listed = api.client.get("/api/files", headers=api.as_("viewer")).json()
-    assert [(f["name"], f["kind"], "config.json" in f["files"]) for f in listed] == [
+    assert [(f["name"], f["kind"], f["complete"]) for f in listed] == [
         ("checkpoints/tiny-bert", "checkpoint", True)
     ]
     run_config = tiny_config(data={"dataset": "synthetic-parity"})
@@ -162,3 +162,12 @@ def test_a_checkpoint_uploaded_file_by_file_loads_through_pretrained_path(
         gone.status_code == 422
         and gone.json()["error"]["details"][0]["field"] == "config.model.pretrained_path"
     )
+
+
+def test_a_checkpoint_without_its_config_is_listed_incomplete(api: Api) -> None:
+    assert _put(api, "checkpoints/half/model.safetensors", b"\x00" * 16).status_code == 201
+    listed = api.client.get("/api/files", headers=api.as_("viewer")).json()
+    assert [(f["name"], f["complete"], f["files"]) for f in listed] == [
+        ("checkpoints/half", False, ["model.safetensors"])
+    ]
+    assert api.client.delete("/api/files/checkpoints/half", headers=api.as_("admin")).status_code == 204
