@@ -44,6 +44,8 @@ MATRIX = [
     Endpoint("POST", "/api/config/validate", "viewer", tiny_config()),
     Endpoint("POST", "/api/config/preflight", "viewer", tiny_config()),
     Endpoint("GET", "/api/config/metrics", "viewer"),
+    Endpoint("GET", "/api/config/policies", "viewer"),
+    Endpoint("GET", "/api/files", "viewer"),
     Endpoint("GET", "/api/experiments", "viewer"),
     Endpoint("GET", "/api/experiments/{experiment}", "viewer"),
     Endpoint("GET", "/api/runs", "viewer"),
@@ -63,6 +65,7 @@ MATRIX = [
     Endpoint("POST", "/api/runs/{run}/cancel", "operator"),
     Endpoint("POST", "/api/runs/{run}/resume", "operator"),
     Endpoint("POST", "/api/runs/{run}/fork", "operator", {"round": 1, "V": 2.0}),
+    Endpoint("PUT", "/api/files/{name}", "operator", {"text": "a", "label": "b"}),  # the body is the file
     Endpoint("GET", "/api/users", "admin"),
     Endpoint("POST", "/api/users", "admin", {"username": "new-user", "password": "long enough"}),
     Endpoint("GET", "/api/users/{user}", "admin"),
@@ -73,11 +76,12 @@ MATRIX = [
     Endpoint("DELETE", "/api/users/{user}", "admin"),
     Endpoint("DELETE", "/api/runs/{run}", "admin"),
     Endpoint("DELETE", "/api/experiments/{experiment}", "admin"),
+    Endpoint("DELETE", "/api/files/{name}", "admin"),
 ]
 
 
 @pytest.fixture
-def ids(api: Api, tmp_path: Path) -> dict[str, int]:
+def ids(api: Api, tmp_path: Path) -> dict[str, Any]:
     admin, operator = api.as_("admin"), api.as_("operator")
     experiment = api.client.post("/api/experiments", json={"config": tiny_config()}, headers=operator).json()[
         "id"
@@ -97,7 +101,7 @@ def ids(api: Api, tmp_path: Path) -> dict[str, int]:
         "/api/users", json={"username": "victim", "password": "long enough"}, headers=admin
     ).json()["id"]
     token = api.client.post("/api/tokens", json={"name": "victim"}, headers=admin).json()["id"]
-    return {"experiment": experiment, "run": run, "user": user, "token": token}
+    return {"experiment": experiment, "run": run, "user": user, "token": token, "name": "datasets/m.jsonl"}
 
 
 def test_the_matrix_lists_every_route(api: Api) -> None:
@@ -121,7 +125,7 @@ def test_the_matrix_lists_every_route(api: Api) -> None:
     assert listed == served
 
 
-def test_access_matrix(api: Api, ids: dict[str, int]) -> None:
+def test_access_matrix(api: Api, ids: dict[str, Any]) -> None:
     problems = []
     for endpoint in MATRIX:
         url = endpoint.path.format(**ids)
