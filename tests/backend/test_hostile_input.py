@@ -1,4 +1,4 @@
-"""Hostile but fair input, on both deployments: every request gets a 4xx with the stable JSON error
+"""Hostile but fair input: every request gets a 4xx with the stable JSON error
 ``{"error": {"code", "message", "details": [{"field", "value", "message"}]}}`` naming the field, and
 changes nothing — no code imported, no file or directory created, no row stored — and the server
 answers normally afterwards.
@@ -9,6 +9,9 @@ files: one answer for all), oversized and malformed trace files (no content in t
 log), NaN and ±Infinity, loose bodies (unknown fields, booleans or strings for numbers, fractions
 for integers), oversized bodies (413, declared and chunked), deep nesting, broken JSON, huge
 integers, a run too big for a worker, and path traversal on the static files.
+
+Both deployments run what reaches the database or the deployment's executor; what validation refuses
+before any deployment-specific code runs on the embedded one.
 """
 
 from __future__ import annotations
@@ -154,6 +157,7 @@ OUTSIDE = [
 HIDDEN = ["out.csv", "zero.csv", "missing.csv", "traces"]  # symlink out, device, missing, directory
 
 
+@pytest.mark.deployments("embedded")  # refused before any deployment-specific code: validation
 def test_config_files_come_only_from_the_data_directory(
     hostile: Hostile, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -183,6 +187,7 @@ def test_config_files_come_only_from_the_data_directory(
     assert good.status_code == 200 and good.json()["network"]["trace_file"] == "traces/good.csv"
 
 
+@pytest.mark.deployments("embedded")  # refused before any deployment-specific code: validation
 def test_a_file_over_the_size_limit_is_refused_unread(
     app_factory: Callable[..., FastAPI], settings: Any, session_factory: sessionmaker[Session]
 ) -> None:
@@ -286,6 +291,7 @@ def test_broken_deep_and_oversized_bodies(hostile: Hostile) -> None:
     assert hostile.snapshot() == before
 
 
+@pytest.mark.deployments("embedded")  # refused before any deployment-specific code: validation
 def test_a_chunked_body_over_the_limit_gets_413(app_factory: Callable[..., FastAPI]) -> None:
     def chunks() -> Iterator[bytes]:
         yield b'{"config": {"name": "'
@@ -301,6 +307,7 @@ def test_a_chunked_body_over_the_limit_gets_413(app_factory: Callable[..., FastA
         assert httpx.get(f"{url}/healthz").status_code == 200
 
 
+@pytest.mark.deployments("embedded")  # refused before any deployment-specific code: validation
 def test_a_run_too_big_for_a_worker_is_refused_before_launch(
     app_factory: Callable[..., FastAPI], session_factory: sessionmaker[Session]
 ) -> None:
@@ -319,6 +326,7 @@ def test_a_run_too_big_for_a_worker_is_refused_before_launch(
         assert client.get("/api/runs", headers={"Authorization": f"Bearer {token}"}).json()["total"] == 0
 
 
+@pytest.mark.deployments("embedded")  # refused before any deployment-specific code: validation
 def test_static_files_stay_inside_the_frontend(hostile: Hostile) -> None:
     for path in ("/../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/js/..%2f..%2f..%2fpyproject.toml"):
         response = hostile.api.client.get(path)
@@ -327,6 +335,7 @@ def test_static_files_stay_inside_the_frontend(hostile: Hostile) -> None:
         )
 
 
+@pytest.mark.deployments("embedded")  # refused before any deployment-specific code: validation
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_examples_loaded_with_pyyaml_validate_through_the_api(api: Api, path: Path) -> None:
     """Scripts load the examples with PyYAML (YAML 1.1, which reads 4.0e9 as text) and post them."""
@@ -336,6 +345,7 @@ def test_examples_loaded_with_pyyaml_validate_through_the_api(api: Api, path: Pa
     assert response.status_code == 200, response.text
 
 
+@pytest.mark.deployments("embedded")  # refused before any deployment-specific code: validation
 def test_a_preflight_past_its_deadline_is_stopped_and_the_next_one_works(
     app_factory: Callable[..., FastAPI], session_factory: sessionmaker[Session]
 ) -> None:

@@ -52,7 +52,10 @@ def test_a_killed_workers_run_finishes_elsewhere_with_every_round_exactly_once(s
     # a kill between a round's commit and its publish loses that one live event (the DB has it)
     assert len(set(range(ROUNDS)) - set(published)) <= 1
     statuses = [data["status"] for _id, kind, data in events if kind == "status"]
-    assert statuses[-1] == "succeeded" and "queued" in statuses[2:]  # re-queued by the reaper
+    # a second claim took it over: after the reaper re-queued it ("queued"), or through the broker's
+    # redelivery when that arrived first (a new worker restores the message at start once it is older
+    # than the visibility timeout, and can claim in the half second before the reaper's next sweep)
+    assert statuses[-1] == "succeeded" and statuses.count("running") >= 2
     assert before["rounds_done"] >= 5
 
 
