@@ -224,7 +224,6 @@ def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigP
             f"is a {kind} dataset but model.kind is {m.kind}; use one of {', '.join(same)} or set "
             f"model.kind: {kind}",
         )
-    # TODO(issue 14, in progress): transformers models, pydoc-topics and user files are wired next
     if m.kind == "seq2seq" and m.num_decoder_layers < 1:
         add(
             "model.num_decoder_layers", m.num_decoder_layers, "a seq2seq model needs at least 1 decoder layer"

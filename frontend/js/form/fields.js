@@ -17,12 +17,9 @@ export function parseNumber(text, integer) {
 
 function bounds(spec) {
   const parts = [];
-  // nullable ints carry pydantic's own ge/le keys instead of minimum/maximum (see docs/dashboard.md)
-  const minimum = spec.minimum ?? spec.ge;
-  const maximum = spec.maximum ?? spec.le;
-  if (minimum !== undefined) parts.push(`≥ ${minimum}`);
+  if (spec.minimum !== undefined) parts.push(`≥ ${spec.minimum}`);
   if (spec.exclusiveMinimum !== undefined) parts.push(`> ${spec.exclusiveMinimum}`);
-  if (maximum !== undefined) parts.push(`≤ ${maximum}`);
+  if (spec.maximum !== undefined) parts.push(`≤ ${spec.maximum}`);
   if (spec.exclusiveMaximum !== undefined) parts.push(`< ${spec.exclusiveMaximum}`);
   return parts.join(', ');
 }
