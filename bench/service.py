@@ -405,7 +405,9 @@ def bench_stream_load(deployment: str, root: Path) -> dict[str, Any]:
         "PYTHONPATH": str(REPO),
         "COLLAPIPE_SSE_HEARTBEAT_S": "15",
     }
-    with running_server(root / f"stream-load-{deployment}", deployment, env) as server:
+    directory = root / f"stream-load-{deployment}"
+    directory.mkdir(parents=True, exist_ok=True)
+    with running_server(directory, deployment, env) as server:
         run_id = server.launch(tiny_config(training={"rounds": 100}, scheduler={"policy": PACED_POLICY}))
         server.wait_for_run(run_id, ("running",), timeout_s=120)
         report = asyncio.run(stream_load(server.url, server.token, run_id, streams=100, rate=50, seconds=20))
