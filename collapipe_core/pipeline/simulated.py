@@ -41,6 +41,23 @@ def make_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.op
     return torch.optim.SGD(model.parameters(), lr=t.lr, momentum=momentum, weight_decay=t.weight_decay)
 
 
+def build_run_model(
+    config: ExperimentConfig, bundle: DatasetBundle, pretrained_dir: Path | None
+) -> EncoderStackModel:
+    """The run's model: the config's, sized to the data (vocabulary, outputs, special ids), seeded
+    by the run's seed or loaded from ``pretrained_dir`` (model.pretrained_path resolved)."""
+    return build_model(
+        config.model,
+        bundle.src_vocab_size,
+        bundle.tgt_vocab_size,
+        config.seed,
+        pad_id=bundle.pad_id,
+        bos_id=bundle.bos_id,
+        eos_id=bundle.eos_id,
+        pretrained_dir=pretrained_dir,
+    )
+
+
 def _seed(*words: int) -> int:
     return int(np.random.SeedSequence(list(words)).generate_state(1)[0])
 
@@ -55,16 +72,7 @@ class SimulatedExecutor:
         self.config = config
         self.bundle = bundle
         self.pad_id = bundle.pad_id  # the data's padding id (None: windows without padding)
-        self.model: EncoderStackModel = build_model(
-            config.model,
-            bundle.src_vocab_size,
-            bundle.tgt_vocab_size,
-            config.seed,
-            pad_id=self.pad_id,
-            bos_id=bundle.bos_id,
-            eos_id=bundle.eos_id,
-            pretrained_dir=pretrained_dir,
-        )
+        self.model = build_run_model(config, bundle, pretrained_dir)
         self.loss = loss_for(config.model.kind, pad_id=self.pad_id)
         self.global_state = copy.deepcopy(self.model.state_dict())
         self.optimizer_states: list[dict[str, Any] | None] = [None] * len(bundle.shards)

@@ -29,7 +29,7 @@ from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel import link_rate_bps
 from collapipe_core.data import DatasetBundle, batch_indices
 from collapipe_core.decision import Decision
-from collapipe_core.models import EncoderStackModel, build_model, source_mask
+from collapipe_core.models import source_mask
 from collapipe_core.pipeline.distributed import protocol as p
 from collapipe_core.pipeline.distributed.launch import WorkerPool
 from collapipe_core.pipeline.distributed.plan import (
@@ -42,7 +42,7 @@ from collapipe_core.pipeline.distributed.plan import (
 from collapipe_core.pipeline.distributed.stages import stage_module
 from collapipe_core.pipeline.executor import TrainingOutcome
 from collapipe_core.pipeline.quality import evaluate_model
-from collapipe_core.pipeline.simulated import make_optimizer
+from collapipe_core.pipeline.simulated import build_run_model, make_optimizer
 from collapipe_core.pipeline.split import parameter_aliases
 from collapipe_core.state import RoundState
 
@@ -85,16 +85,7 @@ class DistributedExecutor:
         self.options = options or DistributedOptions()
         self.pad_id = bundle.pad_id  # the data's padding id (None: windows without padding)
         self.pretrained_dir = pretrained_dir
-        self.model: EncoderStackModel = build_model(
-            config.model,
-            bundle.src_vocab_size,
-            bundle.tgt_vocab_size,
-            config.seed,
-            pad_id=self.pad_id,
-            bos_id=bundle.bos_id,
-            eos_id=bundle.eos_id,
-            pretrained_dir=pretrained_dir,
-        )
+        self.model = build_run_model(config, bundle, pretrained_dir)
         self.global_state = copy.deepcopy(self.model.state_dict())
         self.optimizer_states: list[dict[str, Any] | None] = [None] * len(bundle.shards)
         self.layout = Layout(config.network.num_clusters, config.network.devices_per_cluster)
