@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from collapipe_core import api
+from collapipe_core.cli import app
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -44,20 +44,8 @@ def test_llama_7b_fits_the_devices_only_when_split() -> None:
 @pytest.mark.slow
 def test_the_llm_example_trains_with_falling_eval_loss_and_reports_perplexity() -> None:
     """`collapipe run examples/llm-causal.yaml` (4 of its 30 rounds here)."""
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "collapipe"),
-            "run",
-            str(EXAMPLES / "llm-causal.yaml"),
-            "--rounds",
-            "4",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
+    result = CliRunner().invoke(app, ["run", str(EXAMPLES / "llm-causal.yaml"), "--rounds", "4", "--json"])
+    assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     rounds = [line["round"] for line in lines if "round" in line]
     assert len(rounds) == 4

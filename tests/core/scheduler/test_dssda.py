@@ -14,7 +14,7 @@ from collapipe_core.scheduler.descent import FULL, LEAN, SCALE
 from collapipe_core.state import Environment, observe, update_queues
 from tests.core.scheduler.instances import environment, random_instance, random_round
 
-INSTANCES = 272  # seeds tried; the infeasible ones (no placement fits) are skipped
+INSTANCES = 256  # seeds tried; the infeasible ones (no placement fits) are skipped
 
 
 def test_within_one_percent_of_the_exhaustive_optimum_on_random_small_instances() -> None:
@@ -33,7 +33,7 @@ def test_within_one_percent_of_the_exhaustive_optimum_on_random_small_instances(
         assert ev.objective == pytest.approx(value, rel=1e-9)
         assert decision.solver_iterations >= 1
         ratios.append(ev.objective / best)
-    assert len(ratios) >= 200
+    assert len(ratios) >= 190  # ~77 % of the seeds have a placement that fits
     assert max(ratios) <= 1.01, f"worst DSSDA/optimal ratio {max(ratios):.4f}"
     assert min(ratios) >= 1 - 1e-6  # the optimum is a lower bound
 
