@@ -1,4 +1,4 @@
-"""Latency, energy and memory of a decision for one round (the documented system model, DESIGN §2).
+"""Latency, energy and memory of a decision for one round (the documented system model, docs/system-model.md).
 
 All arrays are (N, K): cluster n, device k. Per micro-batch of b samples:
 

@@ -1,4 +1,4 @@
-"""DSSDA — Dynamic Segment Scheduling and Resource Allocation (DESIGN §3), and ``myopic``.
+"""DSSDA — Dynamic Segment Scheduling and Resource Allocation (docs/scheduler.md), and ``myopic``.
 
 Each round minimises the drift-plus-penalty bound of evaluate()'s model,
 
