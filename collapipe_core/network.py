@@ -148,7 +148,6 @@ MAX_TRACE_BYTES = 8 * 2**20
 """Largest trace file read (a CSV row is ~20 bytes: ~400,000 rows)."""
 MAX_TRACE_CELLS = 4_000_000
 """Largest trace: rounds × clusters × devices (each cell holds a speed factor and an availability)."""
-TRACE_COLUMNS = ("round", "cluster", "device", "speed_factor", "available")
 _TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no"}
 
 

@@ -72,10 +72,6 @@ class Workspace:
     ) -> Workspace:
         return Workspace(Path(data_dir), policies, max_file_bytes, memory_limit_bytes)
 
-    @property
-    def confined(self) -> bool:
-        return self.data_dir is not None
-
     def path(self, field_name: str, name: str) -> Path:
         """The regular file ``name`` refers to; FileRefused (naming ``field_name``) otherwise."""
         if self.data_dir is None:
