@@ -1,8 +1,5 @@
-"""``create_app(settings)``: the FastAPI application, its executor and live channel chosen by settings.
-
-executor = "local": the runs table is the queue, a dispatcher in this process spawns one process per
-run, and the live channel tails the run_events table. executor = "celery": dispatcher and channel come
-from the workers package via the factories named in the settings. Tests may pass both explicitly.
+"""``create_app(settings)``: the FastAPI application; its executor and live wake-ups come from the
+composition root (``backend.composition``). Tests may pass a dispatcher of their own.
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from backend import config_router
 from backend.body_guard import BodyGuard
+from backend.composition import build_runtime
 from backend.db.engine import (
     make_engine,
     make_read_session_factory,
@@ -32,16 +30,13 @@ from backend.error_handlers import install_error_handlers
 from backend.experiments.router import router as experiments_router
 from backend.files.router import router as files_router
 from backend.gc_tuning import settle_after_startup
-from backend.live.channel import LiveChannel
-from backend.live.db_channel import DbEventChannel
 from backend.live.router import router as live_router
 from backend.metrics.router import router as metrics_router
 from backend.metrics.series_cache import SeriesCache
 from backend.monitoring import RequestMetrics, RunCollector
 from backend.preflight import PreflightProcess
-from backend.runs.dispatch import RunDispatcher, load_factory, make_celery_dispatcher
-from backend.runs.local_runner import LocalDispatcher
 from backend.runs.router import router as runs_router
+from backend.runtime.dispatch import RunDispatcher
 from backend.settings import Settings
 from backend.users.router import admin_router, auth_router
 
@@ -52,25 +47,14 @@ def create_app(
     settings: Settings | None = None,
     *,
     dispatcher: RunDispatcher | None = None,
-    channel: LiveChannel | None = None,
 ) -> FastAPI:
     settings = settings or Settings()
     engine = make_engine(
         settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
     )
     session_factory = make_session_factory(engine)
-    if channel is None:
-        if settings.executor == "local":
-            channel = DbEventChannel(session_factory, settings.sse_poll_interval_s)
-        else:
-            channel = load_factory(settings.channel_factory, "COLLAPIPE_CHANNEL_FACTORY")(settings)
-    assert channel is not None
-    if dispatcher is None:
-        if settings.executor == "local":
-            dispatcher = LocalDispatcher(settings, session_factory, channel)
-        else:
-            dispatcher = make_celery_dispatcher(settings)
-    live, runner = channel, dispatcher
+    runtime = build_runtime(settings, session_factory, dispatcher)
+    runner = dispatcher = runtime.dispatcher
     preflight = PreflightProcess(settings.preflight_timeout_s)
 
     @asynccontextmanager
@@ -82,7 +66,7 @@ def create_app(
         finally:
             await runner.stop()
             await to_thread.run_sync(preflight.stop)
-            live.close()
+            await runtime.aclose()
             engine.dispose()
 
     app = FastAPI(
@@ -97,7 +81,8 @@ def create_app(
     app.state.engine = engine
     app.state.session_factory = session_factory
     app.state.read_session_factory = make_read_session_factory(engine)
-    app.state.channel = channel
+    app.state.channel = runtime.channel
+    app.state.wake = runtime.wake
     app.state.dispatcher = dispatcher
     app.state.series_cache = SeriesCache()
     install_error_handlers(app)

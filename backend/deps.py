@@ -17,7 +17,8 @@ from backend.errors import Forbidden, Unauthenticated
 from backend.live.channel import LiveChannel
 from backend.metrics.series_cache import SeriesCache
 from backend.preflight import PreflightProcess
-from backend.runs.dispatch import RunDispatcher
+from backend.runtime.dispatch import RunDispatcher
+from backend.runtime.wake import Wake
 from backend.settings import Settings
 from backend.users import service as users
 from collapipe_core.workspace import Workspace
@@ -125,7 +126,15 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 WorkspaceDep = Annotated[Workspace, Depends(_workspace)]
 PreflightDep = Annotated[PreflightProcess, Depends(_preflight)]
 SeriesCacheDep = Annotated[SeriesCache, Depends(_series_cache)]
+
+
+async def _wake(request: Request) -> Wake:
+    wake: Wake = request.app.state.wake
+    return wake
+
+
 ChannelDep = Annotated[LiveChannel, Depends(_channel)]
+WakeDep = Annotated[Wake, Depends(_wake)]
 DispatcherDep = Annotated[RunDispatcher, Depends(_dispatcher)]
 
 

@@ -24,7 +24,9 @@ class Settings(BaseSettings):
     executor: Literal["local", "celery"] = Field(
         default="local", description="local: one spawned process per run inside `serve`; celery: workers"
     )
-    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="broker and live streams")
+    redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0", description="executor=celery: the broker and live wake-ups"
+    )
     artifact_dir: Path = Field(
         default=Path("./runs"), description="checkpoints (run-<id>/); shared by every worker"
     )
@@ -88,16 +90,28 @@ class Settings(BaseSettings):
     sse_poll_interval_s: float = Field(
         default=0.02,
         gt=0,
-        description="embedded live stream: period of the one newest-event-id poll while readers wait",
+        description="embedded live streams: period of the one outbox poll while readers wait (with "
+        "executor=celery readers are woken through Redis and poll once a second)",
     )
     sse_heartbeat_s: float = Field(default=15.0, gt=0, description="SSE keep-alive comment period")
-    dispatcher_factory: str = Field(
-        default="workers.executor:make_dispatcher",
-        description="executor=celery: 'module:callable' taking Settings, returning a RunDispatcher",
+    visibility_timeout_s: float = Field(
+        default=12 * 3600.0,
+        gt=0,
+        description="executor=celery: an unacknowledged message is redelivered after this long; keep it "
+        "above the longest run (a shorter one only adds harmless 'skipped' duplicates)",
     )
-    channel_factory: str = Field(
-        default="workers.redis_channel:make_channel",
-        description="executor=celery: 'module:callable' taking Settings, returning a LiveChannel",
+    redelivery_check_s: float = Field(
+        default=60.0, gt=0, description="how often a worker looks for messages past their visibility timeout"
+    )
+    reaper_interval_s: float = Field(
+        default=15.0, gt=0, description="reaper period: re-enqueue runs whose lease expired"
+    )
+    run_queue: str = Field(default="collapipe.runs", min_length=1, description="Celery queue of runs")
+    redis_key_prefix: str = Field(
+        default="",
+        max_length=100,
+        description="prepended to every Redis key (queue, dispatch marks, wake-up channel): several "
+        "deployments, or test sessions, can share one Redis database",
     )
 
     @field_validator("policies")
@@ -121,6 +135,11 @@ class Settings(BaseSettings):
             max_file_bytes=self.max_file_bytes,
             memory_limit_bytes=self.memory_limit_bytes(),
         )
+
+    def torch_threads(self) -> int:
+        """Torch threads per Celery worker process: ``threads_per_run`` or 1 (concurrency gives
+        parallelism; small models on many threads per process are slower than on one)."""
+        return self.threads_per_run or 1
 
     def is_loopback(self) -> bool:
         """Whether ``host`` only accepts connections from this machine."""

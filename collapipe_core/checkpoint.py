@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from collapipe_core.config import ExperimentConfig
+from collapipe_core.faults import crash_point
 
 CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT_VERSION = 1
@@ -36,6 +37,7 @@ def save_checkpoint(directory: str | Path, payload: dict[str, Any]) -> Path:
     torch.save({"format_version": FORMAT_VERSION, **payload}, tmp)
     with tmp.open("rb") as fh:
         os.fsync(fh.fileno())
+    crash_point("checkpoint-write", payload.get("next_round"))
     os.replace(tmp, final)
     return final
 

@@ -1,10 +1,10 @@
-"""Celery workers for CollaPipe: thin adapters from a queued run id to ``backend.runs.execution``.
+"""Celery workers for CollaPipe: the worker and reaper processes' entry points.
 
-- ``celery_app``: the Celery app (broker on Redis, acks late, one message per worker process).
-- ``tasks``: ``run_experiment(run_id)`` and the periodic ``reap_stale_runs``.
-- ``redis_channel``: the live channel on Redis Streams (one stream per run plus the status stream).
-- ``executor``: the API's ``RunDispatcher`` for ``COLLAPIPE_EXECUTOR=celery``.
+- ``celery_app``: the worker's Celery app (configured by ``backend.runtime.celery_app``).
+- ``tasks``: ``run_experiment(run_id)`` (``backend.runtime.execution.execute_run``) and the periodic
+  ``reap_stale_runs``.
+- ``context``: what a worker process holds (engine, run store with Redis wake-ups, dispatch ledger).
 - ``reaper``: re-enqueues runs whose lease went stale and queued runs whose message was lost.
 
-Never imports FastAPI (an import-linter contract checks it).
+Never imports FastAPI (an import-linter contract checks it); the backend never imports it.
 """

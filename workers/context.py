@@ -1,4 +1,5 @@
-"""What a worker process holds: settings, the engine and session factory, the live channel.
+"""What a worker process holds: settings, the engine, the run store (with its Redis wake-ups), the
+dispatch ledger and the workspace.
 
 Built lazily in the process that uses it and rebuilt after a fork (a SQLAlchemy engine's pooled
 connections and a Redis client's sockets must never be shared between prefork children).
@@ -8,29 +9,37 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 
 import redis
 from sqlalchemy import Engine
 
-from backend.db.engine import SessionFactory, make_engine, make_session_factory
+from backend.db.engine import make_engine, make_session_factory
+from backend.runtime.dispatch_ledger import DispatchLedger
+from backend.runtime.lifecycle import RunStore
+from backend.runtime.wake import RedisWake
+from backend.settings import Settings
 from collapipe_core.workspace import Workspace
-from workers.dispatch_ledger import DispatchLedger
-from workers.redis_channel import RedisStreamChannel, make_channel
-from workers.settings import WorkerSettings, get_worker_settings
+
+
+@lru_cache(maxsize=1)
+def get_worker_settings() -> Settings:
+    """The process's settings (read once from the environment, prefix ``COLLAPIPE_``)."""
+    return Settings()
 
 
 @dataclass
 class WorkerContext:
     pid: int
-    settings: WorkerSettings
+    settings: Settings
     engine: Engine
-    session_factory: SessionFactory
-    channel: RedisStreamChannel
+    store: RunStore
+    wake: RedisWake
     ledger: DispatchLedger
     workspace: Workspace
 
     def close(self) -> None:
-        self.channel.close()
+        self.wake.close()
         self.ledger.close()
         self.engine.dispose()
 
@@ -44,12 +53,13 @@ def worker_context() -> WorkerContext:
     if _context is None or _context.pid != os.getpid():
         settings = get_worker_settings()
         engine = make_engine(settings.database_url)
+        wake = RedisWake(settings.redis_url, settings.redis_key_prefix)
         _context = WorkerContext(
             pid=os.getpid(),
             settings=settings,
             engine=engine,
-            session_factory=make_session_factory(engine),
-            channel=make_channel(settings),
+            store=RunStore(make_session_factory(engine), wake),
+            wake=wake,
             ledger=DispatchLedger(
                 redis.Redis.from_url(settings.redis_url, decode_responses=True),
                 ttl_s=2 * settings.visibility_timeout_s,

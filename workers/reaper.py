@@ -2,8 +2,8 @@
 
 Each sweep:
 
-1. ``requeue_stale_runs``: running rows whose lease expired (the worker died, was SIGKILLed or lost
-   the database) go back to ``queued``; each gets a ``status`` event and a new message. The next
+1. ``lifecycle.requeue_stale``: running rows whose lease expired (the worker died, was SIGKILLed or
+   lost the database) go back to ``queued`` with their ``status`` event; each gets a new message. The next
    worker to claim it resumes from the last committed round; a cancel requested meanwhile is
    honoured at that claim.
 2. Lost messages: a queued run without a mark in the dispatch ledger has no message in the broker.
@@ -21,16 +21,15 @@ import logging
 import signal
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime
 from types import FrameType
 
-from backend.db.base import utcnow
-from backend.db.engine import SessionFactory, make_engine, make_session_factory
-from backend.live.channel import STATUS, LiveChannel, status_payload
-from backend.runs import lease_repository as leases
-from workers.executor import CeleryRunExecutor
-from workers.redis_channel import make_channel
-from workers.settings import WorkerSettings, get_worker_settings
+from backend.db.engine import make_engine, make_session_factory
+from backend.runtime import lifecycle
+from backend.runtime.celery_dispatch import CeleryRunExecutor
+from backend.runtime.lifecycle import RunStore
+from backend.runtime.wake import RedisWake
+from backend.settings import Settings
+from workers.context import get_worker_settings
 
 log = logging.getLogger(__name__)
 
@@ -45,32 +44,30 @@ class SweepReport:
 
 @dataclass
 class Reaper:
-    session_factory: SessionFactory
+    store: RunStore
     dispatcher: CeleryRunExecutor
-    channel: LiveChannel
     _suspects: set[int] = field(default_factory=set)
 
-    def sweep(self, now: datetime | None = None) -> SweepReport:
+    def sweep(self) -> SweepReport:
         """One pass; every failure is logged and retried on the next pass."""
-        requeued = self._requeue_stale(now or utcnow())
+        requeued = self._requeue_stale()
         resent = self._resend_lost(exclude=set(requeued))
         return SweepReport(requeued, resent)
 
-    def _requeue_stale(self, now: datetime) -> list[int]:
-        with self.session_factory() as session:
-            requeued = leases.requeue_stale_runs(session, now)
-            session.commit()
-            counts = {r: (leases.rounds_done(session, r), leases.total_rounds(session, r)) for r in requeued}
-        for run_id in requeued:
-            done, total = counts[run_id]
-            log.warning("run %s: lease expired at round %s of %s; re-queued", run_id, done, total)
-            self.channel.publish(run_id, STATUS, status_payload(run_id, "queued", done, total, None))
-            self.dispatcher.enqueue(run_id)
-        return requeued
+    def _requeue_stale(self) -> list[int]:
+        rows = lifecycle.requeue_stale(self.store)
+        for row in rows:
+            log.warning(
+                "run %s: lease expired at round %s of %s; re-queued",
+                row.run_id,
+                row.rounds_done,
+                row.total_rounds,
+            )
+            self.dispatcher.enqueue(row.run_id)
+        return [row.run_id for row in rows]
 
     def _resend_lost(self, exclude: set[int]) -> list[int]:
-        with self.session_factory() as session:
-            queued = [r for r in leases.queued_run_ids(session, MAX_QUEUED_CHECKED) if r not in exclude]
+        queued = [r for r in lifecycle.queued_run_ids(self.store, MAX_QUEUED_CHECKED) if r not in exclude]
         unmarked = self.dispatcher.ledger.unmarked(queued)
         lost = [r for r in unmarked if r in self._suspects]
         self._suspects = set(unmarked) - set(lost)
@@ -80,12 +77,10 @@ class Reaper:
         return lost
 
 
-def build_reaper(settings: WorkerSettings) -> Reaper:
-    engine = make_engine(settings.database_url)
-    factory = make_session_factory(engine)
-    dispatcher = CeleryRunExecutor.from_settings(settings, factory)
-    dispatcher.owned_engine = engine
-    return Reaper(factory, dispatcher, make_channel(settings))
+def build_reaper(settings: Settings) -> Reaper:
+    factory = make_session_factory(make_engine(settings.database_url))
+    store = RunStore(factory, RedisWake(settings.redis_url, settings.redis_key_prefix))
+    return Reaper(store, CeleryRunExecutor.from_settings(settings, factory))
 
 
 _worker_reaper: Reaper | None = None

@@ -1,4 +1,4 @@
-"""Celery tasks: thin adapters from ids to ``backend.runs.execution`` and ``workers.reaper``.
+"""Celery tasks: thin adapters from ids to ``backend.runtime.execution`` and ``workers.reaper``.
 
 ``run_experiment`` is idempotent: ``execute_run`` claims the run row with a lease, so a duplicate or
 redelivered message either resumes a run whose lease expired (from its last committed round) or
@@ -10,22 +10,24 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import uuid
 from typing import Any
 
 import torch
 from celery import Task, signals
 
-from backend.runs.execution import execute_run
+from backend.runtime.celery_app import REAP_TASK, RUN_TASK
+from backend.runtime.execution import execute_run
 from workers.celery_app import app
-from workers.celery_config import REAP_TASK, RUN_TASK
 from workers.context import close_worker_context, worker_context
 
 log = logging.getLogger(__name__)
 
 
 def claimant_name(task_id: str) -> str:
-    """Who holds a run's lease: ``host:pid:task id`` (unique per delivery, readable in the runs table)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{task_id}"
+    """Who holds a run's lease: ``host:pid:task id:random`` — readable in the runs table, and unique
+    per execution (a redelivered message keeps its task id): it is the lease's fencing token."""
+    return f"{socket.gethostname()}:{os.getpid()}:{task_id}:{uuid.uuid4().hex[:8]}"
 
 
 @app.task(bind=True, name=RUN_TASK)  # type: ignore[untyped-decorator]
@@ -38,8 +40,7 @@ def run_experiment(self: Task, run_id: int) -> str:
     try:
         outcome = execute_run(
             run_id,
-            ctx.session_factory,
-            ctx.channel,
+            ctx.store,
             claimant=claimant_name(task_id),
             artifact_dir=ctx.settings.artifact_dir,
             workspace=ctx.workspace,

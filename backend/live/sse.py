@@ -19,7 +19,7 @@ from backend.live.channel import STATUS, LiveChannel, LiveEvent
 log = logging.getLogger(__name__)
 
 RETRY_MS = 2000
-FINAL_GRACE_S = 1.0  # after the DB says finished, wait this long for the terminal event to be published
+FINAL_GRACE_S = 1.0  # after the DB says finished, wait this long for the tail to bring its terminal event
 REVOKED = (
     'event: revoked\ndata: {"message": "your access ended (token revoked, logged out or role changed)"}\n\n'
 )

@@ -14,7 +14,7 @@ from backend.db.models import Run
 from backend.errors import InvalidInput, NotFound
 from backend.metrics import repository as repo
 from backend.metrics.schemas import TimelineEventOut, TimelineOut
-from backend.runs.segments import config_at, plan_segments
+from backend.runtime.segments import config_at, plan_segments
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel.chain import cluster_timeline
 from collapipe_core.data import DataError, vocab_sizes

@@ -1,11 +1,11 @@
-"""SQL of the runs lifecycle as the API sees it (the executor side is lease_repository.py)."""
+"""SQL reads of runs for the API (every write of a run is backend.runtime's)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, Select, bindparam, func, select, update
+from sqlalchemy import Row, Select, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from backend.db.models import Run, User
@@ -48,17 +48,6 @@ def status_of(session: Session, run_id: int) -> str | None:
 
 def get_many(session: Session, run_ids: Sequence[int]) -> list[Run]:
     return list(session.scalars(select(Run).where(Run.id.in_(run_ids))))
-
-
-def add(session: Session, run: Run) -> Run:
-    session.add(run)
-    session.flush()
-    return run
-
-
-def delete(session: Session, run: Run) -> None:
-    session.delete(run)
-    session.flush()
 
 
 LIKE_ESCAPE = "/"  # escapes %, _ and itself in a listing's search text
@@ -113,36 +102,6 @@ def page(
     total = connection.execute(count_query, params).scalar() or 0
     rows: list[Row[Any]] = list(connection.execute(page_query, params).all())
     return rows, int(total)
-
-
-def _conditional(session: Session, run_id: int, from_statuses: Sequence[str], **values: Any) -> bool:
-    result = session.execute(
-        update(Run)
-        .where(Run.id == run_id, Run.status.in_(from_statuses))
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )
-    return int(result.rowcount) == 1  # type: ignore[attr-defined]
-
-
-def cancel_if_queued(session: Session, run_id: int, now: Any) -> bool:
-    return _conditional(session, run_id, ["queued"], status="cancelled", finished_at=now)
-
-
-def request_cancel_if_running(session: Session, run_id: int) -> bool:
-    return _conditional(session, run_id, ["running"], cancel_requested=True)
-
-
-def requeue_if_finished_badly(session: Session, run_id: int) -> bool:
-    return _conditional(
-        session,
-        run_id,
-        ["failed", "cancelled"],
-        status="queued",
-        error=None,
-        cancel_requested=False,
-        finished_at=None,
-    )
 
 
 def refresh(session: Session, run: Run) -> Run:

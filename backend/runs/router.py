@@ -8,12 +8,12 @@ from fastapi import APIRouter, Query, Response, status
 
 from backend.deps import (
     AdminUser,
-    ChannelDep,
     DispatcherDep,
     OperatorUser,
     SessionDep,
     SettingsDep,
     ViewerUser,
+    WakeDep,
     WorkspaceDep,
     run_and_commit,
 )
@@ -35,12 +35,12 @@ def create_run(
     body: RunCreate,
     session: SessionDep,
     user: OperatorUser,
-    channel: ChannelDep,
+    wake: WakeDep,
     dispatcher: DispatcherDep,
     workspace: WorkspaceDep,
 ) -> RunDetail:
     """Validate the config, store the run as queued; it is dispatched once this request commits."""
-    return RunDetail.model_validate(service.create(session, user, body, channel, dispatcher, workspace))
+    return RunDetail.model_validate(service.create(session, user, body, wake, dispatcher, workspace))
 
 
 @router.get("", response_model=RunPage)
@@ -67,17 +67,17 @@ def get_run(run_id: IdPath, session: SessionDep, _user: ViewerUser) -> RunDetail
 
 
 @router.post("/{run_id}/cancel", responses=CONFLICT)
-def cancel_run(run_id: IdPath, session: SessionDep, _user: OperatorUser, channel: ChannelDep) -> RunOut:
+def cancel_run(run_id: IdPath, session: SessionDep, _user: OperatorUser, wake: WakeDep) -> RunOut:
     """Queued: cancelled at once. Running: stops after its current round (cancel_requested)."""
-    return RunOut.model_validate(service.cancel(session, run_id, channel))
+    return RunOut.model_validate(service.cancel(session, run_id, wake))
 
 
 @router.post("/{run_id}/resume", responses=CONFLICT)
 def resume_run(
-    run_id: IdPath, session: SessionDep, _user: OperatorUser, channel: ChannelDep, dispatcher: DispatcherDep
+    run_id: IdPath, session: SessionDep, _user: OperatorUser, wake: WakeDep, dispatcher: DispatcherDep
 ) -> RunOut:
     """A failed or cancelled run is queued again and continues from its last checkpoint."""
-    return RunOut.model_validate(service.resume(session, run_id, channel, dispatcher))
+    return RunOut.model_validate(service.resume(session, run_id, wake, dispatcher))
 
 
 @router.post("/{run_id}/fork", status_code=status.HTTP_201_CREATED)
@@ -86,12 +86,12 @@ def fork_run(
     body: RunFork,
     session: SessionDep,
     user: OperatorUser,
-    channel: ChannelDep,
+    wake: WakeDep,
     dispatcher: DispatcherDep,
     workspace: WorkspaceDep,
 ) -> RunDetail:
     """A new run starting from this run's state at round k, with another policy, V or segments."""
-    return RunDetail.model_validate(service.fork(session, user, run_id, body, channel, dispatcher, workspace))
+    return RunDetail.model_validate(service.fork(session, user, run_id, body, wake, dispatcher, workspace))
 
 
 @router.delete("/{run_id}", status_code=status.HTTP_204_NO_CONTENT, responses=CONFLICT)

@@ -1,7 +1,6 @@
-"""Rules of the run lifecycle: queued → running → succeeded | failed | cancelled; cancel, resume, fork.
-
-State changes are conditional UPDATEs, so the API and an executor racing on the same row agree.
-Dispatch and live events happen after the commit (``after_commit``).
+"""The runs API's rules: what a caller may create, cancel, resume, fork or delete, and with which
+config. The transitions themselves (state, lease, live event) are ``backend.runtime.lifecycle``'s;
+a queued run is handed to the executor after the request commits (``after_commit``).
 """
 
 from __future__ import annotations
@@ -15,16 +14,16 @@ from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from backend.config_input import normalized, validated_config
-from backend.db.base import utcnow
 from backend.db.models import Run, User
 from backend.db.transaction import after_commit
 from backend.errors import Conflict, InvalidInput, NotFound
 from backend.experiments import service as experiments
-from backend.live.channel import STATUS, LiveChannel, status_payload
 from backend.runs import repository as repo
-from backend.runs.dispatch import RunDispatcher
-from backend.runs.execution import checkpoint_dir_for
 from backend.runs.schemas import RunCreate, RunFork
+from backend.runtime import lifecycle
+from backend.runtime.dispatch import RunDispatcher
+from backend.runtime.execution import checkpoint_dir_for
+from backend.runtime.wake import Wake
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.workspace import Workspace
 
@@ -48,23 +47,18 @@ def page(
     return repo.page(session, statuses, owner, search, limit, offset)
 
 
-def _announce(session: Session, run: Run, channel: LiveChannel, dispatcher: RunDispatcher | None) -> None:
-    """After the commit: publish the run's status and, if it is queued, hand it to the executor."""
-    run_id, status, done, total, error = run.id, run.status, run.rounds_done, run.total_rounds, run.error
-
-    def publish() -> None:
-        channel.publish(run_id, STATUS, status_payload(run_id, status, done, total, error))
-
-    after_commit(session, publish)
-    if dispatcher is not None:
-        after_commit(session, lambda: dispatcher.enqueue(run_id))
+def _launch(session: Session, run: Run, wake: Wake, dispatcher: RunDispatcher) -> Run:
+    """Store ``run`` queued; the executor gets it once the request commits."""
+    lifecycle.create(session, run, wake)
+    run_id = run.id
+    after_commit(session, lambda: dispatcher.enqueue(run_id))
+    return run
 
 
 def _new_run(owner: User, config: ExperimentConfig, name: str | None, **extra: Any) -> Run:
     return Run(
         name=name or config.name,
         config=normalized(config),
-        status="queued",
         owner_id=owner.id,
         total_rounds=config.training.rounds,
         policy=config.scheduler.policy,
@@ -77,7 +71,7 @@ def create(
     session: Session,
     owner: User,
     body: RunCreate,
-    channel: LiveChannel,
+    wake: Wake,
     dispatcher: RunDispatcher,
     workspace: Workspace,
 ) -> Run:
@@ -88,31 +82,25 @@ def create(
     else:
         assert body.config is not None  # RunCreate guarantees one source
         run = _new_run(owner, validated_config(body.config, workspace), body.name)
-    repo.add(session, run)
-    _announce(session, run, channel, dispatcher)
-    return run
+    return _launch(session, run, wake, dispatcher)
 
 
-def cancel(session: Session, run_id: int, channel: LiveChannel) -> Run:
+def cancel(session: Session, run_id: int, wake: Wake) -> Run:
     """A queued run is cancelled at once; a running one is asked to stop after its current round."""
     run = get(session, run_id)
-    if repo.cancel_if_queued(session, run_id, utcnow()):
-        repo.refresh(session, run)
-        _announce(session, run, channel, None)
-    elif not repo.request_cancel_if_running(session, run_id):
+    if lifecycle.cancel(session, run_id, wake) is None:
         repo.refresh(session, run)
         raise Conflict(f"run {run_id} is {run.status}; only queued or running runs can be cancelled")
     return repo.refresh(session, run)
 
 
-def resume(session: Session, run_id: int, channel: LiveChannel, dispatcher: RunDispatcher) -> Run:
+def resume(session: Session, run_id: int, wake: Wake, dispatcher: RunDispatcher) -> Run:
     """A failed or cancelled run goes back to the queue and continues from its last checkpoint."""
     run = get(session, run_id)
-    if not repo.requeue_if_finished_badly(session, run_id):
+    if not lifecycle.resume(session, run_id, wake):
         raise Conflict(f"run {run_id} is {run.status}; only failed or cancelled runs can be resumed")
-    repo.refresh(session, run)
-    _announce(session, run, channel, dispatcher)
-    return run
+    after_commit(session, lambda: dispatcher.enqueue(run_id))
+    return repo.refresh(session, run)
 
 
 def fork(
@@ -120,7 +108,7 @@ def fork(
     owner: User,
     run_id: int,
     body: RunFork,
-    channel: LiveChannel,
+    wake: Wake,
     dispatcher: RunDispatcher,
     workspace: Workspace,
 ) -> Run:
@@ -156,15 +144,13 @@ def fork(
         fork_round=k,
         replay_configs=replay,
     )
-    repo.add(session, run)
-    _announce(session, run, channel, dispatcher)
-    return run
+    return _launch(session, run, wake, dispatcher)
 
 
 def delete(session: Session, run_id: int, artifact_dir: Path) -> None:
-    run = get(session, run_id)
-    if run.status in ("queued", "running"):
-        raise Conflict(f"run {run_id} is {run.status}; cancel it and wait for it to stop before deleting")
-    repo.delete(session, run)
+    ensure_exists(session, run_id)
+    status = lifecycle.delete(session, run_id)
+    if status is not None:
+        raise Conflict(f"run {run_id} is {status}; cancel it and wait for it to stop before deleting")
     directory = checkpoint_dir_for(artifact_dir, run_id)
     after_commit(session, lambda: shutil.rmtree(directory, ignore_errors=True))

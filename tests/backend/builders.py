@@ -86,3 +86,22 @@ def stored_records(factory: Any, run_id: int) -> list[dict[str, Any]]:
             select(RoundMetric.record).where(RoundMetric.run_id == run_id).order_by(RoundMetric.round)
         ).all()
     return [{k: v for k, v in r.items() if k != "solve_time_s"} for r in records]
+
+
+def stored_events(factory: Any, run_id: int) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, data) of the run's live events in the outbox, in id order."""
+    from sqlalchemy import select
+
+    from backend.db.models import RunEvent
+
+    with factory() as session:
+        rows = session.scalars(select(RunEvent).where(RunEvent.run_id == run_id).order_by(RunEvent.id))
+        return [(e.kind, e.data) for e in rows]
+
+
+def event_summary(factory: Any, run_id: int) -> list[tuple[str, Any]]:
+    """(kind, status or round index) of the run's live events, in id order."""
+    return [
+        (kind, data["status"] if kind == "status" else data["round"]["round"])
+        for kind, data in stored_events(factory, run_id)
+    ]

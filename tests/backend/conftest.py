@@ -1,7 +1,7 @@
 """Backend test fixtures: the two deployments, their databases, the app, users of every role.
 
 ``deployment`` is parametrised over ``embedded`` (SQLite, local runner, DB-tailing live channel) and
-``production`` (PostgreSQL, a real Celery worker on Redis, the Redis Stream live channel; marked
+``production`` (PostgreSQL, a real Celery worker on Redis, live wake-ups through Redis; marked
 postgres, redis and celery), so every test that uses it, directly or through ``database_url``,
 ``session_factory``, ``settings``, ``app_factory`` or ``api``, runs on both. A test about one
 deployment only says so with ``@pytest.mark.deployments("embedded")``.
@@ -36,7 +36,6 @@ from tests.backend.deployments import (
     wait_terminal,
 )
 from tests.deployment_params import EMBEDDED, deployment_params
-from workers.settings import WorkerSettings
 
 __all__ = ["PASSWORD", "Api", "RecordingDispatcher", "add_user"]
 
@@ -117,7 +116,7 @@ def settings(deployment: str, database_url: str, tmp_path: Path, request: pytest
     if deployment == EMBEDDED:
         return Settings(artifact_dir=tmp_path / "artifacts", **common)
     stack: ProductionStack = request.getfixturevalue("production")
-    return WorkerSettings(
+    return Settings(
         executor="celery",
         redis_url=stack.redis_url,
         redis_key_prefix=stack.redis_prefix,

@@ -3,9 +3,9 @@
 - ``embedded`` (what ``collapipe serve`` runs by default): a fresh SQLite file per test, the local
   dispatcher (one spawned process per run) and the live channel that tails the run_events table.
 - ``production``: one migrated PostgreSQL database per test session (emptied before each test), the
-  Celery dispatcher on a Redis broker, the Redis Stream live channel, and one real Celery worker
-  process started once per session. A Redis key prefix of this session keeps its queue, streams and
-  dispatch marks apart from any other session on the same Redis.
+  Celery dispatcher on a Redis broker, live wake-ups through Redis, and one real Celery worker
+  process started once per session. A Redis key prefix of this session keeps its queue, wake-ups and
+  dispatch marks and wake-ups apart from any other session on the same Redis.
 
 Between production tests the worker must be idle, or a message of the previous test could claim a
 run of the next one (ids restart after the truncation): ``ProductionStack.quiesce`` asks every
@@ -30,8 +30,10 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from backend.db.engine import make_engine
-from backend.runs.dispatch import RunDispatcher, make_celery_dispatcher
-from backend.runs.local_runner import LocalDispatcher
+from backend.runtime.celery_dispatch import CeleryRunExecutor
+from backend.runtime.dispatch import RunDispatcher
+from backend.runtime.lifecycle import RunStore
+from backend.runtime.local import LocalDispatcher
 from tests.backend.builders import TEST_POLICIES
 from tests.deployment_params import EMBEDDED
 from tests.integration.processes import REPO, ProcessGroup, Service, wait_until
@@ -119,11 +121,11 @@ def production_stack(root: Path) -> Iterator[ProductionStack]:
 
 
 def real_dispatcher(deployment: str, app: FastAPI) -> RunDispatcher:
-    """The executor ``app`` would use in ``deployment`` (bound to the app's database and channel)."""
+    """The executor ``app`` would use in ``deployment`` (bound to the app's database)."""
     state = app.state
     if deployment == EMBEDDED:
-        return LocalDispatcher(state.settings, state.session_factory, state.channel)
-    return make_celery_dispatcher(state.settings)
+        return LocalDispatcher(state.settings, RunStore(state.session_factory))
+    return CeleryRunExecutor.from_settings(state.settings, state.session_factory)
 
 
 @dataclass

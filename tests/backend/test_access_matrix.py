@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from backend.live.db_channel import DbEventChannel
-from backend.runs.execution import execute_run
+from backend.runtime.execution import execute_run
+from backend.runtime.lifecycle import RunStore
 from tests.backend.builders import tiny_config
 from tests.backend.conftest import PASSWORD, Api
 
@@ -87,11 +87,9 @@ def ids(api: Api, tmp_path: Path) -> dict[str, Any]:
         "id"
     ]
     run = api.client.post("/api/runs", json={"config": tiny_config()}, headers=operator).json()["id"]
-    channel = DbEventChannel(api.session_factory)  # the stored terminal event makes its SSE answer 204
     outcome = execute_run(
         run,
-        api.session_factory,
-        channel,
+        RunStore(api.session_factory),
         claimant="t",
         artifact_dir=tmp_path,
         workspace=api.app.state.workspace,

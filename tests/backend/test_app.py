@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.live.channel import MemoryChannel
-from backend.runs.execution import execute_run
+from backend.runtime.execution import execute_run
+from backend.runtime.lifecycle import RunStore
 from tests.backend.builders import tiny_config
 from tests.backend.conftest import Api
 
@@ -31,8 +31,7 @@ def test_prometheus_metrics(api: Api, tmp_path: Path) -> None:
     api.client.post("/api/runs", json={"config": tiny_config()}, headers=api.as_("operator"))
     execute_run(
         run,
-        api.session_factory,
-        MemoryChannel(),
+        RunStore(api.session_factory),
         claimant="t",
         artifact_dir=tmp_path,
         workspace=api.app.state.workspace,

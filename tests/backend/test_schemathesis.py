@@ -26,8 +26,8 @@ from schemathesis.checks import (
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.models import ApiToken, Experiment, User
-from backend.live.db_channel import DbEventChannel
-from backend.runs.execution import execute_run
+from backend.runtime.execution import execute_run
+from backend.runtime.lifecycle import RunStore
 from backend.users.security import hash_password, hash_secret
 from tests.backend.builders import insert_run, service_workspace, tiny_config
 from tests.backend.conftest import RecordingDispatcher
@@ -66,8 +66,7 @@ def _seed(factory: sessionmaker[Session], artifact_dir: Path) -> None:
     assert (
         execute_run(
             run_id,
-            factory,
-            DbEventChannel(factory),
+            RunStore(factory),
             claimant="seed",
             artifact_dir=artifact_dir,
             workspace=service_workspace(artifact_dir / "data"),

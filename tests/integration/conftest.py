@@ -7,7 +7,6 @@ second, and (where a test starts one) a reaper sweeping every 0.5 s.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -21,8 +20,8 @@ import redis
 from backend.db.engine import make_engine, make_session_factory
 from backend.users.service import bootstrap
 from tests.integration.processes import ProcessGroup, free_port
+from tests.integration.sse import sse_events
 from tests.workers.services import delete_keys, fresh_postgres_database, redis_namespace, truncate_all
-from workers.redis_channel import run_stream
 
 REDIS_DB = 13
 LEASE_S = 3.0
@@ -48,12 +47,18 @@ class Stack:
     def redis(self) -> Any:
         return redis.Redis.from_url(self.redis_url, decode_responses=True)
 
-    def stream(self, run_id: int) -> list[tuple[str, str, dict[str, Any]]]:
-        """(id, kind, data) of every event on the run's Redis Stream, in stream order."""
-        client = self.redis()
-        entries = client.xrange(run_stream(run_id, self.redis_prefix))
-        client.close()
-        return [(entry_id, fields["kind"], json.loads(fields["data"])) for entry_id, fields in entries]
+    def stream(self, run_id: int, after: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+        """(id, kind, data) of every event the API's SSE stream of a finished run sends, from the start
+        or after ``after`` (what a browser that connects, or reconnects with Last-Event-ID, receives)."""
+        headers = {"Last-Event-ID": after} if after is not None else {}
+        with (
+            self.client() as client,
+            client.stream("GET", f"/api/runs/{run_id}/events", headers=headers, timeout=60.0) as response,
+        ):
+            if response.status_code == 204:
+                return []
+            assert response.status_code == 200, response.read()
+            return [(e.id, e.kind, e.data) for e in sse_events(response)]
 
     def queue_length(self) -> int:
         client = self.redis()
@@ -69,8 +74,6 @@ def service_env(database_url: str, redis_url: str, redis_prefix: str, artifact_d
         "COLLAPIPE_REDIS_KEY_PREFIX": redis_prefix,
         "COLLAPIPE_ARTIFACT_DIR": str(artifact_dir),
         "COLLAPIPE_EXECUTOR": "celery",
-        "COLLAPIPE_DISPATCHER_FACTORY": "workers.executor:make_dispatcher",
-        "COLLAPIPE_CHANNEL_FACTORY": "workers.redis_channel:make_channel",
         "COLLAPIPE_LEASE_S": str(LEASE_S),
         "COLLAPIPE_VISIBILITY_TIMEOUT_S": "5",
         "COLLAPIPE_REDELIVERY_CHECK_S": "1",

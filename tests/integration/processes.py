@@ -65,14 +65,14 @@ class ProcessGroup:
     log_dir: Path
     services: list[Service] = field(default_factory=list)
 
-    def _start(self, name: str, argv: list[str]) -> Service:
+    def _start(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> Service:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 argv,
                 cwd=REPO,
-                env={**os.environ, **self.env},
+                env={**os.environ, **self.env, **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -81,11 +81,11 @@ class ProcessGroup:
         self.services.append(service)
         return service
 
-    def start_worker(self, concurrency: int = 1) -> Service:
+    def start_worker(self, concurrency: int = 1, env: Mapping[str, str] | None = None) -> Service:
         node = f"test-{uuid.uuid4().hex[:6]}@%h"
         argv = [str(BIN / "celery"), "-A", "workers.celery_app", "worker", "-c", str(concurrency)]
         argv += ["-P", "prefork", "--loglevel=warning", "-n", node, "--without-gossip", "--without-mingle"]
-        return self._start("worker", argv)
+        return self._start("worker", argv, env)
 
     def start_reaper(self, interval_s: float) -> Service:
         return self._start("reaper", [sys.executable, "-m", "workers.reaper", "--interval", str(interval_s)])

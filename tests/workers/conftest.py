@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.engine import make_engine, make_session_factory
+from backend.settings import Settings
 from tests.workers.services import fresh_postgres_database, redis_namespace, truncate_all
-from workers.settings import WorkerSettings
 
 REDIS_DB = 12
 
@@ -52,8 +52,8 @@ def session_factory(database_url: str) -> Iterator[sessionmaker[Session]]:
 
 
 @pytest.fixture
-def settings(database_url: str, redis_url: str, redis_prefix: str, tmp_path: Path) -> WorkerSettings:
-    return WorkerSettings(
+def settings(database_url: str, redis_url: str, redis_prefix: str, tmp_path: Path) -> Settings:
+    return Settings(
         database_url=database_url,
         redis_url=redis_url,
         artifact_dir=tmp_path / "artifacts",

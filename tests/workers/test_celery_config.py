@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.celery_config import MAINTENANCE_QUEUE, REAP_TASK, RUN_TASK, celery_config, create_celery_app
-from workers.settings import WorkerSettings
+from backend.runtime.celery_app import (
+    MAINTENANCE_QUEUE,
+    REAP_TASK,
+    RUN_TASK,
+    celery_config,
+    create_celery_app,
+)
+from backend.settings import Settings
 
 
-def _settings(**values: object) -> WorkerSettings:
-    return WorkerSettings(redis_url="redis://broker:6379/3", artifact_dir=Path("/shared"), **values)  # type: ignore[arg-type]
+def _settings(**values: object) -> Settings:
+    return Settings(redis_url="redis://broker:6379/3", artifact_dir=Path("/shared"), **values)  # type: ignore[arg-type]
 
 
 def test_late_acks_requeue_on_worker_loss_and_one_message_per_process() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from workers.dispatch_ledger import DispatchLedger, dispatch_key
+from backend.runtime.dispatch_ledger import DispatchLedger, dispatch_key
 
 pytestmark = pytest.mark.redis
 

@@ -11,24 +11,26 @@ import pytest
 import redis
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.live.channel import MemoryChannel
+from backend.runtime.celery_dispatch import CeleryRunExecutor
+from backend.runtime.lifecycle import RunStore
+from backend.settings import Settings
+from tests.backend.builders import stored_events
+from tests.backend.runtime.test_lifecycle import Wakes
 from tests.workers.builders import add_run, get_run
-from workers.executor import CeleryRunExecutor
 from workers.reaper import Reaper, run_forever
-from workers.settings import WorkerSettings
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
 
 @pytest.fixture
-def reaper(settings: WorkerSettings, session_factory: sessionmaker[Session]) -> Iterator[Reaper]:
+def reaper(settings: Settings, session_factory: sessionmaker[Session]) -> Iterator[Reaper]:
     dispatcher = CeleryRunExecutor.from_settings(settings, session_factory)
-    yield Reaper(session_factory, dispatcher, MemoryChannel())
+    yield Reaper(RunStore(session_factory, Wakes()), dispatcher)
     dispatcher.app.close()
     dispatcher.redis.close()
 
 
-def _sent(settings: WorkerSettings) -> list[int]:
+def _sent(settings: Settings) -> list[int]:
     """Run ids of the messages waiting in the run queue, oldest first."""
     import base64
 
@@ -39,7 +41,7 @@ def _sent(settings: WorkerSettings) -> list[int]:
 
 
 def test_a_run_whose_lease_expired_is_requeued_announced_and_sent(
-    reaper: Reaper, session_factory: sessionmaker[Session], settings: WorkerSettings
+    reaper: Reaper, session_factory: sessionmaker[Session], settings: Settings
 ) -> None:
     stale = add_run(session_factory, status="running", lease_owner="dead:1:t", lease_in_s=-2, rounds_done=2)
     live = add_run(session_factory, status="running", lease_owner="alive:1:t", lease_in_s=30)
@@ -48,14 +50,13 @@ def test_a_run_whose_lease_expired_is_requeued_announced_and_sent(
     assert get_run(session_factory, stale).status == "queued"
     assert get_run(session_factory, live).status == "running"
     assert _sent(settings) == [stale]
-    channel = reaper.channel
-    assert isinstance(channel, MemoryChannel)
-    [event] = channel._after(stale, None)
-    assert (event.kind, event.data["status"], event.data["rounds_done"]) == ("status", "queued", 2)
+    [(kind, data)] = stored_events(session_factory, stale)
+    assert (kind, data["status"], data["rounds_done"]) == ("status", "queued", 2)
+    assert isinstance(reaper.store.wake, Wakes) and reaper.store.wake.keys == ["queued"]
 
 
 def test_a_queued_run_without_a_message_is_resent_on_the_second_sweep(
-    reaper: Reaper, session_factory: sessionmaker[Session], settings: WorkerSettings
+    reaper: Reaper, session_factory: sessionmaker[Session], settings: Settings
 ) -> None:
     lost = add_run(session_factory)  # committed, but its enqueue never happened
     waiting = add_run(session_factory)
@@ -67,7 +68,7 @@ def test_a_queued_run_without_a_message_is_resent_on_the_second_sweep(
 
 
 def test_finished_runs_are_left_alone(
-    reaper: Reaper, session_factory: sessionmaker[Session], settings: WorkerSettings
+    reaper: Reaper, session_factory: sessionmaker[Session], settings: Settings
 ) -> None:
     for status in ("succeeded", "failed", "cancelled"):
         add_run(session_factory, status=status)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis
@@ -14,18 +12,18 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.models import RoundMetric
+from backend.runtime.dispatch_ledger import DispatchLedger
+from backend.settings import Settings
+from tests.backend.builders import stored_events
 from tests.workers.builders import add_run, get_run
-from workers.context import close_worker_context
-from workers.dispatch_ledger import DispatchLedger
-from workers.redis_channel import run_stream
-from workers.settings import WorkerSettings, get_worker_settings
+from workers.context import close_worker_context, get_worker_settings
 from workers.tasks import claimant_name, run_experiment
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
 
 @pytest.fixture
-def worker_env(settings: WorkerSettings, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerSettings]:
+def worker_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
     """This process acts as a worker process configured by the environment, like a real one."""
     monkeypatch.setenv("COLLAPIPE_DATABASE_URL", settings.database_url)
     monkeypatch.setenv("COLLAPIPE_REDIS_URL", settings.redis_url)
@@ -49,15 +47,8 @@ def _rounds(factory: sessionmaker[Session], run_id: int) -> int:
         return int(session.scalar(select(func.count()).where(RoundMetric.run_id == run_id)) or 0)
 
 
-def _events(settings: WorkerSettings, run_id: int) -> list[tuple[str, dict[str, Any]]]:
-    client: Any = redis.Redis.from_url(settings.redis_url, decode_responses=True)
-    entries = client.xrange(run_stream(run_id, settings.redis_key_prefix))
-    client.close()
-    return [(fields["kind"], json.loads(fields["data"])) for _id, fields in entries]
-
-
 def test_a_delivered_run_is_executed_and_its_mark_cleared(
-    worker_env: WorkerSettings, session_factory: sessionmaker[Session]
+    worker_env: Settings, session_factory: sessionmaker[Session]
 ) -> None:
     run_id = add_run(session_factory, rounds=4)
     client = redis.Redis.from_url(worker_env.redis_url, decode_responses=True)
@@ -69,25 +60,25 @@ def test_a_delivered_run_is_executed_and_its_mark_cleared(
     run = get_run(session_factory, run_id)
     assert (run.status, run.rounds_done, run.attempt, run.lease_owner) == ("succeeded", 4, 1, None)
     assert _rounds(session_factory, run_id) == 4
-    statuses = [data["status"] for kind, data in _events(worker_env, run_id) if kind == "status"]
+    statuses = [data["status"] for kind, data in stored_events(session_factory, run_id) if kind == "status"]
     assert statuses == ["running", "succeeded"]
     assert (worker_env.artifact_dir / f"run-{run_id}" / "checkpoint.pt").is_file()
 
 
 def test_a_duplicate_delivery_changes_nothing(
-    worker_env: WorkerSettings, session_factory: sessionmaker[Session]
+    worker_env: Settings, session_factory: sessionmaker[Session]
 ) -> None:
     run_id = add_run(session_factory, rounds=3)
     assert _deliver(run_id, "task-1") == "succeeded"
-    before = _events(worker_env, run_id)
+    before = stored_events(session_factory, run_id)
     assert _deliver(run_id, "task-1-again") == "skipped"
     assert _rounds(session_factory, run_id) == 3
     assert get_run(session_factory, run_id).attempt == 1
-    assert _events(worker_env, run_id) == before
+    assert stored_events(session_factory, run_id) == before
 
 
 def test_a_run_leased_by_a_live_worker_is_skipped(
-    worker_env: WorkerSettings, session_factory: sessionmaker[Session]
+    worker_env: Settings, session_factory: sessionmaker[Session]
 ) -> None:
     run_id = add_run(session_factory, status="running", lease_owner="other:1:t", lease_in_s=30)
     assert _deliver(run_id, "task-2") == "skipped"
@@ -96,7 +87,7 @@ def test_a_run_leased_by_a_live_worker_is_skipped(
 
 
 def test_a_run_whose_lease_expired_is_taken_over(
-    worker_env: WorkerSettings, session_factory: sessionmaker[Session]
+    worker_env: Settings, session_factory: sessionmaker[Session]
 ) -> None:
     run_id = add_run(session_factory, status="running", lease_owner="dead:1:t", lease_in_s=-1, attempt=1)
     assert _deliver(run_id, "task-3") == "succeeded"
@@ -104,5 +95,7 @@ def test_a_run_whose_lease_expired_is_taken_over(
     assert (run.status, run.attempt, run.rounds_done) == ("succeeded", 2, 4)
 
 
-def test_the_claimant_names_host_process_and_task() -> None:
-    assert claimant_name("run-1-attempt-1-abc") == f"{socket.gethostname()}:{os.getpid()}:run-1-attempt-1-abc"
+def test_the_claimant_names_host_process_and_task_and_is_unique_per_execution() -> None:
+    first, second = claimant_name("run-1-attempt-1-abc"), claimant_name("run-1-attempt-1-abc")
+    assert first.startswith(f"{socket.gethostname()}:{os.getpid()}:run-1-attempt-1-abc:")
+    assert first != second  # a redelivered message keeps its task id; the lease token must differ

@@ -11,23 +11,23 @@ import pytest
 import redis
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.runtime.celery_app import RUN_TASK
+from backend.runtime.celery_dispatch import CeleryRunExecutor, task_id_for
+from backend.settings import Settings
 from tests.workers.builders import add_run
-from workers.celery_config import RUN_TASK
-from workers.executor import CeleryRunExecutor, make_dispatcher, task_id_for
-from workers.settings import WorkerSettings
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
 
 @pytest.fixture
-def executor(settings: WorkerSettings, session_factory: sessionmaker[Session]) -> Iterator[CeleryRunExecutor]:
+def executor(settings: Settings, session_factory: sessionmaker[Session]) -> Iterator[CeleryRunExecutor]:
     executor = CeleryRunExecutor.from_settings(settings, session_factory)
     yield executor
     executor.app.close()
     executor.redis.close()
 
 
-def _messages(settings: WorkerSettings) -> list[dict[str, Any]]:
+def _messages(settings: Settings) -> list[dict[str, Any]]:
     client: Any = redis.Redis.from_url(settings.redis_url)
     raw = client.lrange(settings.redis_key_prefix + settings.run_queue, 0, -1)
     client.close()
@@ -35,7 +35,7 @@ def _messages(settings: WorkerSettings) -> list[dict[str, Any]]:
 
 
 def test_enqueue_sends_the_run_id_with_a_task_id_naming_run_and_attempt(
-    executor: CeleryRunExecutor, session_factory: sessionmaker[Session], settings: WorkerSettings
+    executor: CeleryRunExecutor, session_factory: sessionmaker[Session], settings: Settings
 ) -> None:
     run_id = add_run(session_factory, attempt=2)
     executor.enqueue(run_id)
@@ -60,22 +60,10 @@ def test_ready_while_redis_answers(executor: CeleryRunExecutor) -> None:
     assert executor.check_ready() is None
 
 
-def test_not_ready_without_redis(settings: WorkerSettings, session_factory: sessionmaker[Session]) -> None:
+def test_not_ready_without_redis(settings: Settings, session_factory: sessionmaker[Session]) -> None:
     unreachable = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
     executor = CeleryRunExecutor.from_settings(unreachable, session_factory)
     problem = executor.check_ready()
     assert problem is not None and "unreachable" in problem
     assert executor.queue_depth() is None
     executor.redis.close()
-
-
-def test_make_dispatcher_builds_from_the_api_settings(settings: WorkerSettings) -> None:
-    import asyncio
-
-    from backend.settings import Settings
-
-    api_settings = Settings(**{k: v for k, v in settings.model_dump().items() if k in Settings.model_fields})
-    dispatcher = make_dispatcher(api_settings)
-    assert dispatcher.queue == "collapipe.runs"  # the worker-only fields come from the environment
-    assert dispatcher.check_ready() is None
-    asyncio.run(dispatcher.stop())

@@ -1,23 +1,24 @@
-"""The Celery app factory. Every setting that makes a run survive crashes and duplicates is here.
+"""The Celery app factory (the API sends with it, the workers consume with it). Every setting that
+makes a run survive crashes and duplicates is here.
 
 Celery on Redis is at-least-once: a message is redelivered when its worker dies or when it stays
 unacknowledged past ``visibility_timeout``, and a duplicate may run while the first copy still runs.
-The run row's lease (claimed with a conditional UPDATE in ``execute_run``) turns every duplicate
-into a quick ``"skipped"``; the reaper (``workers.reaper``) re-enqueues runs whose lease expired.
+The run's lease (``lifecycle.claim`` in ``execute_run``) turns every duplicate into a quick
+``"skipped"``; the reaper (``workers.reaper``) re-enqueues runs whose lease expired.
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from workers.settings import WorkerSettings
+from backend.settings import Settings
 
 RUN_TASK = "collapipe.run_experiment"
 REAP_TASK = "collapipe.reap_stale_runs"
 MAINTENANCE_QUEUE = "collapipe.maintenance"
 
 
-def celery_config(settings: WorkerSettings) -> dict[str, object]:
+def celery_config(settings: Settings) -> dict[str, object]:
     """Celery settings for ``settings`` (see docs/deployment.md for why each one is set)."""
     return {
         "broker_url": settings.redis_url,
@@ -53,8 +54,8 @@ def celery_config(settings: WorkerSettings) -> dict[str, object]:
     }
 
 
-def create_celery_app(settings: WorkerSettings) -> Celery:
-    """A Celery app for ``settings``; ``include`` loads the tasks only in worker processes."""
-    app = Celery("collapipe", include=["workers.tasks"])
+def create_celery_app(settings: Settings, include: tuple[str, ...] = ()) -> Celery:
+    """A Celery app for ``settings``; worker processes ``include`` their task modules."""
+    app = Celery("collapipe", include=list(include))
     app.conf.update(celery_config(settings))
     return app

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,44 +10,33 @@ import pytest
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.db.base import utcnow
-from backend.db.models import DeviceMetric, RoundMetric, Run
-from backend.live.channel import ROUND, STATUS, MemoryChannel
-from backend.runs import lease_repository as leases
-from backend.runs.execution import checkpoint_dir_for, execute_run
-from tests.backend.builders import insert_run, service_workspace, stored_records, tiny_config
+from backend.db.models import DeviceMetric, RoundMetric, Run, RunEvent
+from backend.live.channel import ROUND, STATUS
+from backend.runtime import lifecycle
+from backend.runtime.execution import checkpoint_dir_for, execute_run
+from backend.runtime.lifecycle import RunStore
+from tests.backend.builders import event_summary, insert_run, service_workspace, stored_records, tiny_config
 
 Factory = sessionmaker[Session]
 
 
-class HookChannel(MemoryChannel):
-    """A MemoryChannel that calls ``on_round(round_index)`` after publishing each round event (the
-    sink publishes rounds with ``publish_round``; ``publish`` covers other callers)."""
+class HookWake:
+    """Calls ``on_round(round_index)`` after each newly recorded round's commit."""
 
     def __init__(self, on_round: Any = None) -> None:
-        super().__init__()
         self.on_round = on_round
 
-    def publish(self, run_id: int, kind: str, data: Mapping[str, Any]) -> str:
-        event_id = super().publish(run_id, kind, data)
-        if kind == ROUND and self.on_round is not None:
-            self.on_round(data["round"]["round"])
-        return event_id
-
-    def publish_round(self, run_id: int, round_index: int, data: Mapping[str, Any]) -> str | None:
-        event_id = super().publish_round(run_id, round_index, data)
-        if event_id is not None and self.on_round is not None:
-            self.on_round(round_index)
-        return event_id
+    def notify(self, key: object) -> None:
+        if isinstance(key, int) and self.on_round is not None:
+            self.on_round(key)
 
 
 def _run(
-    factory: Factory, run_id: int, tmp_path: Path, channel: MemoryChannel | None = None, claimant: str = "w1"
+    factory: Factory, run_id: int, tmp_path: Path, wake: HookWake | None = None, claimant: str = "w1"
 ) -> str:
     return execute_run(
         run_id,
-        factory,
-        channel or MemoryChannel(),
+        RunStore(factory, wake or HookWake()),
         claimant=claimant,
         artifact_dir=tmp_path,
         workspace=service_workspace(tmp_path / "data"),
@@ -80,38 +68,38 @@ def _set(factory: Factory, run_id: int, **values: Any) -> None:
         session.commit()
 
 
-def _cancel_after(factory: Factory, run_id: int, round_index: int) -> HookChannel:
+def _cancel_after(factory: Factory, run_id: int, round_index: int) -> HookWake:
     def hook(r: int) -> None:
         if r == round_index:
             _set(factory, run_id, cancel_requested=True)
 
-    return HookChannel(hook)
+    return HookWake(hook)
 
 
 def test_a_run_stores_and_publishes_every_round_once_in_order(
     session_factory: Factory, tmp_path: Path
 ) -> None:
     run_id = insert_run(session_factory)
-    channel = MemoryChannel()
-    assert _run(session_factory, run_id, tmp_path, channel) == "succeeded"
+    assert _run(session_factory, run_id, tmp_path) == "succeeded"
     run = _row(session_factory, run_id)
     assert (run.status, run.rounds_done, run.attempt, run.lease_owner) == ("succeeded", 5, 1, None)
     assert run.started_at is not None and run.finished_at is not None and run.finished_at >= run.started_at
     assert _counts(session_factory, run_id) == (5, 5 * 6)
-    kinds = [(e.kind, e.data.get("status") or e.data["round"]["round"]) for e in channel._events]
-    assert kinds == [(STATUS, "running"), *((ROUND, r) for r in range(5)), (STATUS, "succeeded")]
+    assert event_summary(session_factory, run_id) == [
+        (STATUS, "running"),
+        *((ROUND, r) for r in range(5)),
+        (STATUS, "succeeded"),
+    ]
 
 
 def test_a_duplicate_delivery_is_skipped_while_the_lease_is_live(
     session_factory: Factory, tmp_path: Path
 ) -> None:
     run_id = insert_run(session_factory)
-    with session_factory() as session:
-        leases.claim_run(session, run_id, "other", utcnow(), 30.0)
-        session.commit()
-    channel = MemoryChannel()
-    assert _run(session_factory, run_id, tmp_path, channel) == "skipped"
-    assert channel._events == [] and _counts(session_factory, run_id) == (0, 0)
+    assert lifecycle.claim(RunStore(session_factory), run_id, "other", 30.0) is not None
+    assert _run(session_factory, run_id, tmp_path) == "skipped"
+    assert event_summary(session_factory, run_id) == [(STATUS, "running")]
+    assert _counts(session_factory, run_id) == (0, 0)
 
 
 def test_cancel_requested_stops_between_rounds(session_factory: Factory, tmp_path: Path) -> None:
@@ -129,9 +117,7 @@ def test_resume_reconciles_checkpoint_and_database(
     reference = insert_run(session_factory)
     assert _run(session_factory, reference, tmp_path) == "succeeded"
     run_id = insert_run(session_factory)
-    channel = _cancel_after(session_factory, run_id, 2)  # the run's live stream, across both attempts
-    assert _run(session_factory, run_id, tmp_path, channel) == "cancelled"
-    channel.on_round = None
+    assert _run(session_factory, run_id, tmp_path, _cancel_after(session_factory, run_id, 2)) == "cancelled"
     assert _counts(session_factory, run_id)[0] == 3  # checkpoint at round 3 too
     with session_factory() as session:
         if case == "checkpoint_behind_db":  # round 3 committed, then a crash before its checkpoint
@@ -144,20 +130,28 @@ def test_resume_reconciles_checkpoint_and_database(
                 for row in rows:
                     values = {c.name: getattr(row, c.name) for c in table.__table__.columns if c.name != "id"}
                     session.add(table(**{**values, "run_id": run_id}))
+            # with its live event, as record_round commits them together
+            session.add(RunEvent(run_id=run_id, kind=ROUND, data={"round": {"round": 3}, "devices": []}))
             rounds_done = 4
-        else:  # rounds lost from the DB after their checkpoint: replay from round 0
+        else:  # rounds lost from the DB after their checkpoint (their events with them): replay
             for table in (RoundMetric, DeviceMetric):
                 session.execute(delete(table).where(table.run_id == run_id, table.round == 2))
+            events = session.scalars(
+                select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == ROUND)
+            )
+            for event in events:
+                if event.data["round"]["round"] == 2:
+                    session.delete(event)
             rounds_done = 2
         session.execute(update(Run).where(Run.id == run_id).values(status="queued", rounds_done=rounds_done))
         session.commit()
-    assert _run(session_factory, run_id, tmp_path, channel, claimant="w2") == "succeeded"
+    assert _run(session_factory, run_id, tmp_path, claimant="w2") == "succeeded"
     assert stored_records(session_factory, run_id) == stored_records(session_factory, reference)
     assert _counts(session_factory, run_id) == (5, 30)
-    # the stream gets each round once: round 3 (stored, never published) from the database, round 2
-    # (deleted from the DB, re-run and stored again) not a second time
-    published = [e.data["round"]["round"] for e in channel._events if e.kind == ROUND]
-    assert published == [0, 1, 2, 3, 4]
+    # the stream has each round once: round 3 (stored) is not re-published when it is re-run, round
+    # 2 (lost, re-run and stored again) is published again
+    published = [r for kind, r in event_summary(session_factory, run_id) if kind == ROUND]
+    assert sorted(published) == [0, 1, 2, 3, 4]
     assert _row(session_factory, run_id).rounds_done == 5
 
 
@@ -170,7 +164,7 @@ def test_a_claimant_that_lost_its_lease_stops_without_writing(
         if r == 1:
             _set(session_factory, run_id, lease_owner="thief")
 
-    assert _run(session_factory, run_id, tmp_path, HookChannel(steal)) == "lease_lost"
+    assert _run(session_factory, run_id, tmp_path, HookWake(steal)) == "lease_lost"
     run = _row(session_factory, run_id)
     assert (run.status, run.lease_owner, run.rounds_done) == ("running", "thief", 2)
     assert _counts(session_factory, run_id)[0] == 2
@@ -181,13 +175,12 @@ def test_a_worker_without_the_runs_policy_fails_it_naming_the_policy(
 ) -> None:
     """The API registered the policy, this worker did not: the run fails with a message naming it."""
     run_id = insert_run(session_factory, tiny_config(scheduler={"policy": "team-policy"}))
-    channel = MemoryChannel()
-    assert _run(session_factory, run_id, tmp_path, channel) == "failed"
+    assert _run(session_factory, run_id, tmp_path) == "failed"
     run = _row(session_factory, run_id)
     assert run.status == "failed" and run.error is not None
     assert "cannot run this config" in run.error and "scheduler.policy" in run.error
     assert "'team-policy' is not registered" in run.error and "COLLAPIPE_POLICIES" in run.error
-    assert channel._events[-1].data["status"] == "failed"
+    assert event_summary(session_factory, run_id)[-1] == (STATUS, "failed")
 
 
 def test_an_error_marks_the_run_failed_with_its_message(session_factory: Factory, tmp_path: Path) -> None:

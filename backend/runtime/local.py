@@ -8,7 +8,7 @@
    user sees it and can resume it from its last checkpoint;
 2. re-queues running rows whose lease expired (a previous API process died with runs in flight);
 3. starts a ``spawn`` process per queued run, up to ``max_parallel_runs``, running ``execute_run``
-   with the DB-tailing live channel.
+   (its live events go to the outbox table, which the API's readers poll).
 
 On shutdown children are terminated and their runs re-queued (they continue from the checkpoint on
 the next start). DB calls run in worker threads so the event loop never blocks on SQLite locks.
@@ -29,10 +29,8 @@ from pathlib import Path
 
 from anyio import to_thread
 
-from backend.db.base import utcnow
-from backend.db.engine import SessionFactory
-from backend.live.channel import STATUS, LiveChannel, status_payload
-from backend.runs import lease_repository as leases
+from backend.runtime import lifecycle
+from backend.runtime.lifecycle import Lease, RunStore
 from backend.settings import Settings
 from collapipe_core.workspace import Workspace
 
@@ -52,25 +50,20 @@ def run_child(
     claimant: str,
     lease_s: float,
     threads: int,
-    poll_interval_s: float,
     workspace: Workspace,
 ) -> None:
     """Entry point of a run's process (module-level so ``spawn`` can import it)."""
     import torch
 
     from backend.db.engine import make_engine, make_session_factory
-    from backend.live.db_channel import DbEventChannel
-    from backend.runs.execution import execute_run
+    from backend.runtime.execution import execute_run
 
     torch.set_num_threads(threads)
     engine = make_engine(database_url)
     try:
-        factory = make_session_factory(engine)
-        channel = DbEventChannel(factory, poll_interval_s)
         execute_run(
             run_id,
-            factory,
-            channel,
+            RunStore(make_session_factory(engine)),
             claimant=claimant,
             artifact_dir=Path(artifact_dir),
             workspace=workspace,
@@ -81,10 +74,9 @@ def run_child(
 
 
 class LocalDispatcher:
-    def __init__(self, settings: Settings, session_factory: SessionFactory, channel: LiveChannel) -> None:
+    def __init__(self, settings: Settings, store: RunStore) -> None:
         self.settings = settings
-        self.session_factory = session_factory
-        self.channel = channel
+        self.store = store
         self.children: dict[int, _Child] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -116,9 +108,7 @@ class LocalDispatcher:
 
     def recover(self) -> list[int]:
         """Re-queue running rows whose lease expired; returns their ids."""
-        with self.session_factory() as session:
-            requeued = leases.requeue_stale_runs(session, utcnow())
-            session.commit()
+        requeued = [row.run_id for row in lifecycle.requeue_stale(self.store)]
         for run_id in requeued:
             log.warning("run %s: lease expired (its process is gone); re-queued", run_id)
         return requeued
@@ -139,8 +129,7 @@ class LocalDispatcher:
         free = self.settings.max_parallel_runs - len(self.children)
         if free <= 0:
             return
-        with self.session_factory() as session:
-            queued = leases.queued_run_ids(session, free + len(self.children))
+        queued = lifecycle.queued_run_ids(self.store, free + len(self.children))
         for run_id in [r for r in queued if r not in self.children][:free]:
             self._spawn(run_id)
 
@@ -156,7 +145,6 @@ class LocalDispatcher:
                 claimant,
                 s.lease_s,
                 self.threads_per_run,
-                s.sse_poll_interval_s,
                 s.workspace(),
             ),
             name=f"collapipe-run-{run_id}",
@@ -179,14 +167,8 @@ class LocalDispatcher:
             f"the run's process exited with code {exit_code} before finishing; "
             "resume the run to continue from its last checkpoint"
         )
-        with self.session_factory() as session:
-            owned = leases.fail_if_owned(session, run_id, claimant, error, utcnow())
-            session.commit()
-            done = leases.rounds_done(session, run_id)
-            total = leases.total_rounds(session, run_id)
-        if owned:
+        if lifecycle.fail_orphan(self.store, run_id, claimant, error):
             log.error("run %s: %s", run_id, error)
-            self.channel.publish(run_id, STATUS, status_payload(run_id, "failed", done, total, error))
 
     def _terminate_children(self) -> None:
         for run_id, child in list(self.children.items()):
@@ -195,7 +177,5 @@ class LocalDispatcher:
             if child.process.is_alive():
                 child.process.kill()
                 child.process.join()
-            with self.session_factory() as session:
-                leases.release_to_queue(session, run_id, child.claimant)
-                session.commit()
+            lifecycle.release(self.store, Lease(run_id, child.claimant, self.settings.lease_s))
         self.children.clear()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +20,9 @@ from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.base import utcnow
-from backend.runs.local_runner import LocalDispatcher
+from backend.runtime import lifecycle
+from backend.runtime.lifecycle import RunStore
+from backend.runtime.local import LocalDispatcher
 from tests.backend.builders import SLOW_POLICY, insert_run, stored_records, tiny_config
 from tests.backend.conftest import add_user
 from tests.backend.live_server import serve
@@ -162,11 +165,8 @@ def test_recover_requeues_runs_whose_lease_expired(
     )
     dispatcher = app_factory().state.dispatcher
     assert dispatcher.recover() == [stale]
-    with session_factory() as session:
-        from backend.runs import lease_repository as leases
-
-        assert leases.queued_run_ids(session, 10) == [stale]
-        assert live not in leases.queued_run_ids(session, 10)
+    assert lifecycle.queued_run_ids(RunStore(session_factory), 10) == [stale]
+    assert live not in lifecycle.queued_run_ids(RunStore(session_factory), 10)
 
 
 @pytest.mark.deployments("embedded")
@@ -185,3 +185,39 @@ def test_stopping_the_server_requeues_its_running_runs(
         run = session.get(Run, run_id)
         assert run is not None and (run.status, run.lease_owner) == ("queued", None)
         assert 2 <= run.rounds_done < 400  # continues from its checkpoint on the next start
+
+
+@pytest.mark.deployments("embedded")
+def test_sigkill_at_every_point_of_a_round_loses_and_repeats_nothing(
+    embedded: Embedded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run process dies inside a round's transaction, right after it, between the checkpoint's
+    write and rename, and inside the final status change (collapipe_core/faults.py); each time the
+    run fails, is resumed, and in the end the stream carries every round exactly once."""
+    points = (
+        "round-before-commit@2",
+        "round-after-commit@4",
+        "checkpoint-write@7",
+        "status-change@succeeded",
+    )
+    markers = tmp_path / "crashes"
+    markers.mkdir()
+    monkeypatch.setenv("COLLAPIPE_CRASH_AT", ",".join(points))  # inherited by the spawned run processes
+    monkeypatch.setenv("COLLAPIPE_CRASH_MARKER", str(markers))
+    config = tiny_config(training={"rounds": 10})
+    run_id = embedded.launch(config)
+    for _ in points:
+        failed = embedded.wait_finished(run_id)
+        assert failed["status"] == "failed" and "exited with code -9" in failed["error"], failed
+        assert embedded.post(f"/api/runs/{run_id}/resume").json()["status"] == "queued"
+    run = embedded.wait_finished(run_id)
+    assert (run["status"], run["rounds_done"]) == ("succeeded", 10)
+    assert sorted(p.name for p in markers.iterdir()) == sorted(points)  # each crash happened
+    events = read_stream(f"{embedded.url}/api/runs/{run_id}/events", embedded.headers)
+    assert _rounds(events) == list(range(10))
+    assert [r["round"] for r in stored_records(embedded.session_factory, run_id)] == list(range(10))
+    reference = embedded.launch(config)
+    assert embedded.wait_finished(reference)["status"] == "succeeded"
+    assert stored_records(embedded.session_factory, run_id) == stored_records(
+        embedded.session_factory, reference
+    )

@@ -1,16 +1,19 @@
-"""The embedded live channel: events are rows of ``run_events``; readers tail the table.
+"""The live channel in both deployments: readers tail the outbox table ``run_events``.
 
-Works across processes (the local runner's children publish, the API process reads). On PostgreSQL
-each publish takes a short exclusive table lock so ids commit in order and a tailing reader that
-saw id N can never later find a smaller id committed (SQLite serialises writers anyway).
+Events are rows the run lifecycle wrote in the same transaction as the state they report, so a
+reader resuming after id N gets every later event once, in order, whatever process died when (ids
+commit in order: see backend.runtime.repository).
 
 Waiting readers share one tail per event loop (:class:`_Tail`): while any reader waits, one task
-reads the rows after the newest id it has seen every ``poll_interval_s`` (an index range scan that
-returns nothing when nothing happened) and keeps the latest ``recent_events`` events in memory. A
-reader whose resume point lies inside that window is answered from memory; only a reader further
-behind (a stream resumed from the start of a long run) queries the table. So a new event costs one
-query whatever the number of readers (100 streams on one run: one query per event, not 100), the
-delay from a publish to a reader is about one poll period, and an idle server runs no queries.
+reads the rows after the newest id it has seen (an index range scan that returns nothing when
+nothing happened) whenever the ``Waiter`` says so — every ``sse_poll_interval_s`` in the embedded
+default, or at once on a Redis wake-up (and at least once a second) with executor=celery — and keeps
+the latest ``recent_events`` events in memory. A reader whose resume point lies inside that window is
+answered from memory; only a reader further behind (a stream resumed from the start of a long run)
+queries the table. So a new event costs one query per API process whatever the number of readers,
+and an idle server runs no queries.
+
+Retention: a run's events are kept as long as the run (they are deleted with it).
 """
 
 from __future__ import annotations
@@ -20,15 +23,14 @@ import bisect
 import logging
 import time
 import weakref
-from collections.abc import Mapping
-from typing import Any
 
 from anyio import to_thread
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from backend.db.engine import SessionFactory
 from backend.db.models import RunEvent
 from backend.live.channel import STATUS, LiveEvent, parse_integer_id
+from backend.runtime.wake import PollWaiter, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -36,26 +38,17 @@ MAX_EVENTS_PER_READ = 500
 RECENT_EVENTS = 2000
 
 
-class DbEventChannel:
+class OutboxChannel:
     def __init__(
         self,
         session_factory: SessionFactory,
-        poll_interval_s: float = 0.02,
+        waiter: Waiter | None = None,
         recent_events: int = RECENT_EVENTS,
     ) -> None:
         self.session_factory = session_factory
-        self.poll_interval_s = poll_interval_s
+        self.waiter: Waiter = waiter or PollWaiter(0.02)
         self.recent_events = recent_events
         self._tails: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Tail] = weakref.WeakKeyDictionary()
-
-    def publish(self, run_id: int, kind: str, data: Mapping[str, Any]) -> str:
-        with self.session_factory() as session:
-            if session.get_bind().dialect.name == "postgresql":
-                session.execute(text("LOCK TABLE run_events IN EXCLUSIVE MODE"))
-            event = RunEvent(run_id=run_id, kind=kind, data=dict(data))
-            session.add(event)
-            session.commit()
-            return str(event.id)
 
     def _latest_id(self) -> int:
         with self.session_factory() as session:
@@ -109,15 +102,17 @@ class DbEventChannel:
     def validate_id(self, after: str) -> None:
         parse_integer_id(after)
 
-    def close(self) -> None:
-        pass
+    async def aclose(self) -> None:
+        closer = getattr(self.waiter, "aclose", None)
+        if closer is not None:
+            await closer()
 
 
 class _Tail:
     """The newest events of every run, kept in memory and extended by one polling task while readers
     wait. ``events`` holds every event with ``base < id <= latest``, in id order."""
 
-    def __init__(self, channel: DbEventChannel, latest: int) -> None:
+    def __init__(self, channel: OutboxChannel, latest: int) -> None:
         self._channel = channel
         self.base = latest
         self.latest = latest
@@ -160,19 +155,21 @@ class _Tail:
 
     async def _poll(self) -> None:
         channel = self._channel
+        waiter = channel.waiter
         while self._waiting > 0:
+            generation = waiter.generation()
             try:
                 rows = await to_thread.run_sync(channel._rows_after, self.latest, None, True)
             except Exception:  # the database is briefly unavailable: readers time out or see it later
                 log.exception("live events: reading new events failed; retrying")
-                await asyncio.sleep(max(channel.poll_interval_s, 1.0))
+                await asyncio.sleep(1.0)
                 continue
             if rows:
                 self._append(rows)
                 self._changed.set()
                 self._changed = asyncio.Event()  # waiters hold the set one; later ones get a fresh one
             if len(rows) < MAX_EVENTS_PER_READ:
-                await asyncio.sleep(channel.poll_interval_s)
+                await waiter.wait(generation, 1.0)
 
     def _append(self, rows: list[LiveEvent]) -> None:
         self._events.extend(rows)

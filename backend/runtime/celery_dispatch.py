@@ -1,4 +1,4 @@
-"""``CeleryRunExecutor``: the API's ``RunDispatcher`` when ``COLLAPIPE_EXECUTOR=celery``.
+"""``CeleryRunExecutor``: the ``RunDispatcher`` of ``COLLAPIPE_EXECUTOR=celery`` (the API and the reaper).
 
 ``enqueue`` is called after the run's row is committed (``backend.db.transaction.after_commit``):
 it marks the run in the dispatch ledger and sends ``run_experiment(run_id)`` with a task id made of
@@ -12,14 +12,12 @@ import secrets
 
 import redis
 from celery import Celery
-from sqlalchemy import Engine
 
-from backend.db.engine import SessionFactory, make_engine, make_session_factory
-from backend.runs import repository as runs
+from backend.db.engine import SessionFactory
+from backend.runtime import lifecycle
+from backend.runtime.celery_app import RUN_TASK, create_celery_app
+from backend.runtime.dispatch_ledger import DispatchLedger
 from backend.settings import Settings
-from workers.celery_config import RUN_TASK, create_celery_app
-from workers.dispatch_ledger import DispatchLedger
-from workers.settings import WorkerSettings, worker_settings_from
 
 
 def task_id_for(run_id: int, attempt: int) -> str:
@@ -43,10 +41,9 @@ class CeleryRunExecutor:
         self.queue = queue
         self.redis = redis_client
         self.queue_key = queue_key or queue  # the Redis list kombu keeps the queue in
-        self.owned_engine: Engine | None = None  # disposed on stop when the dispatcher made it
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings, session_factory: SessionFactory) -> CeleryRunExecutor:
+    def from_settings(cls, settings: Settings, session_factory: SessionFactory) -> CeleryRunExecutor:
         client = redis.Redis.from_url(
             settings.redis_url, decode_responses=True, socket_timeout=5.0, socket_connect_timeout=5.0
         )
@@ -65,14 +62,11 @@ class CeleryRunExecutor:
     async def stop(self) -> None:
         self.app.close()
         self.redis.close()
-        if self.owned_engine is not None:
-            self.owned_engine.dispose()
 
     def enqueue(self, run_id: int) -> None:
         """Send ``run_experiment(run_id)``; the row must already be committed."""
         with self.session_factory() as session:
-            run = runs.get(session, run_id)
-            attempt = (run.attempt if run is not None else 0) + 1
+            attempt = (lifecycle.attempt_of(session, run_id) or 0) + 1
         task_id = task_id_for(run_id, attempt)
         self.ledger.mark(run_id, task_id)
         try:
@@ -93,12 +87,3 @@ class CeleryRunExecutor:
             return int(self.redis.llen(self.queue_key))
         except redis.RedisError:
             return None
-
-
-def make_dispatcher(settings: Settings) -> CeleryRunExecutor:
-    """``COLLAPIPE_DISPATCHER_FACTORY`` target: a Celery dispatcher with its own small DB pool."""
-    worker_settings = worker_settings_from(settings)
-    engine = make_engine(worker_settings.database_url)
-    dispatcher = CeleryRunExecutor.from_settings(worker_settings, make_session_factory(engine))
-    dispatcher.owned_engine = engine
-    return dispatcher

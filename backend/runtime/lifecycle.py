@@ -1,0 +1,214 @@
+"""Every transition of a run, each one function and one transaction that also writes its live events.
+
+    create ──► queued ──claim──► running ──finish──► succeeded | failed | cancelled
+                 ▲  └─cancel──► cancelled   │  ▲ renew, record_round (fenced by the lease token)
+                 │                          │
+                 ├──── requeue_stale ◄──────┤ (the lease expired: the claimant is gone)
+                 ├──── release ◄────────────┤ (graceful stop of the local executor)
+                 └──── resume ◄── failed | cancelled        fail_orphan: running ──► failed
+
+A transition writes the state it changes and the live event that reports it (a ``status`` event, or
+a ``round`` event for a newly recorded round) in the same transaction: the outbox (``run_events``)
+is the live stream, so a reader resuming after an event id gets every later event exactly once,
+whatever process died when. After the commit, readers are woken (``backend.runtime.wake``).
+
+API-side transitions (``create``, ``cancel``, ``resume``, ``delete``) run in the request's session,
+which commits them (``backend.db.transaction.commit_and_notify``); executor-side ones open their own
+session through a ``RunStore``. Executors hold a ``Lease``: every write of an executing run is fenced
+by its token, so a claimant that lost its lease writes nothing (``LeaseLost``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqlalchemy.orm import Session
+
+from backend.db.base import utcnow
+from backend.db.engine import SessionFactory
+from backend.db.models import Run
+from backend.db.transaction import after_commit
+from backend.jsonsafe import sanitize
+from backend.live.channel import ROUND, STATUS
+from backend.metrics.ingest_repository import insert_round
+from backend.runtime import repository as repo
+from backend.runtime.repository import ClaimedRun, StatusRow
+
+__all__ = ["ClaimedRun", "Lease", "LeaseLost", "RunStore", "StatusRow"]
+from backend.runtime.wake import NoWake, Wake
+from collapipe_core.faults import crash_point
+from collapipe_core.records import RoundResult
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(RuntimeError):
+    """Another claimant took this run over (our lease expired); stop without writing."""
+
+
+@dataclass(frozen=True)
+class RunStore:
+    """Where executor-side transitions commit, and whom they wake afterwards."""
+
+    session_factory: SessionFactory
+    wake: Wake = field(default_factory=NoWake)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claim on a running run: ``token`` fences every write (unique per claim)."""
+
+    run_id: int
+    token: str
+    lease_s: float
+
+
+def _status_event(row: StatusRow) -> tuple[int, str, dict[str, object]]:
+    return (row.run_id, STATUS, row.payload())
+
+
+def _commit(store: RunStore, session: Session, rows: list[StatusRow]) -> None:
+    """Append the status events of ``rows``, commit, wake the readers."""
+    repo.append_events(session, [_status_event(row) for row in rows])
+    for row in rows:
+        crash_point("status-change", row.status)
+    session.commit()
+    if rows:
+        store.wake.notify(rows[-1].status)
+
+
+# -- API side: the caller's session commits --------------------------------------------------------
+
+
+def create(session: Session, run: Run, wake: Wake) -> Run:
+    """A new run, queued (creation, a fork)."""
+    row = repo.insert_run(session, run)
+    repo.append_events(session, [_status_event(row)])
+    after_commit(session, lambda: wake.notify(row.status))
+    return run
+
+
+def cancel(session: Session, run_id: int, wake: Wake) -> Literal["cancelled", "requested"] | None:
+    """A queued run is cancelled now; a running one is asked to stop after its round; else None."""
+    row = repo.cancel_queued(session, run_id, utcnow())
+    if row is not None:
+        repo.append_events(session, [_status_event(row)])
+        after_commit(session, lambda: wake.notify(row.status))
+        return "cancelled"
+    return "requested" if repo.request_cancel(session, run_id) else None
+
+
+def resume(session: Session, run_id: int, wake: Wake) -> bool:
+    """A failed or cancelled run back to the queue (it continues from its checkpoint); False if not."""
+    row = repo.requeue_finished(session, run_id)
+    if row is None:
+        return False
+    repo.append_events(session, [_status_event(row)])
+    after_commit(session, lambda: wake.notify(row.status))
+    return True
+
+
+def delete(session: Session, run_id: int) -> str | None:
+    """Delete a finished run with its rows and events; None when deleted, else the blocking status."""
+    return repo.delete_unless_active(session, run_id)
+
+
+# -- executor side: each transition is its own transaction -----------------------------------------
+
+
+def claim(store: RunStore, run_id: int, token: str, lease_s: float) -> tuple[Lease, ClaimedRun] | None:
+    """Take a queued run, or a running one whose lease expired; None when someone else holds it."""
+    with store.session_factory() as session:
+        row = repo.claim(session, run_id, token, utcnow(), lease_s)
+        if row is None:
+            session.rollback()
+            return None
+        claimed = repo.claimed_run(session, run_id)
+        _commit(store, session, [row])
+    return Lease(run_id, token, lease_s), claimed
+
+
+def renew(store: RunStore, lease: Lease) -> bool:
+    """Extend the lease; False when it is no longer ours."""
+    with store.session_factory() as session:
+        owned = repo.renew(session, lease.run_id, lease.token, utcnow(), lease.lease_s)
+        session.commit()
+    return owned
+
+
+def record_round(store: RunStore, lease: Lease, result: RoundResult) -> bool:
+    """Store a round, raise ``rounds_done`` and renew the lease; its ``round`` event in the same
+    transaction. A round already stored (re-run after a crash) adds nothing: False. ``LeaseLost``
+    (nothing written) when the lease is no longer ours."""
+    index = result.round.round
+    with store.session_factory() as session:
+        if not repo.renew(session, lease.run_id, lease.token, utcnow(), lease.lease_s, rounds_done=index + 1):
+            session.rollback()
+            raise LeaseLost(f"run {lease.run_id}: lease {lease.token!r} was taken over")
+        inserted = insert_round(session, lease.run_id, result)
+        if inserted:
+            repo.append_events(session, [(lease.run_id, ROUND, sanitize(result.to_json()))])
+        crash_point("round-before-commit", index)
+        session.commit()
+    crash_point("round-after-commit", index)
+    if inserted:
+        store.wake.notify(index)
+    return inserted
+
+
+def finish(store: RunStore, lease: Lease, status: str, error: str | None) -> bool:
+    """Succeeded, failed or cancelled, the lease released; False when the lease is no longer ours."""
+    with store.session_factory() as session:
+        row = repo.finish(session, lease.run_id, lease.token, status, error, utcnow())
+        if row is None:
+            session.rollback()
+            return False
+        _commit(store, session, [row])
+    return True
+
+
+def fail_orphan(store: RunStore, run_id: int, token: str, error: str) -> bool:
+    """Fail a run whose claimant ``token`` died without finishing (the local executor saw its process
+    exit); False when that claimant no longer holds it."""
+    return finish(store, Lease(run_id, token, 0.0), "failed", error)
+
+
+def release(store: RunStore, lease: Lease) -> bool:
+    """Back to the queue without finishing (the executor stops); False when the lease is not ours."""
+    with store.session_factory() as session:
+        row = repo.release(session, lease.run_id, lease.token)
+        if row is None:
+            session.rollback()
+            return False
+        _commit(store, session, [row])
+    return True
+
+
+def requeue_stale(store: RunStore) -> list[StatusRow]:
+    """Running runs whose lease expired (their claimant is gone) back to the queue."""
+    now = utcnow()
+    with store.session_factory() as session:
+        rows = [
+            row
+            for run_id in repo.stale_run_ids(session, now)
+            if (row := repo.requeue_if_stale(session, run_id, now)) is not None
+        ]
+        _commit(store, session, rows)
+    return rows
+
+
+def is_cancel_requested(store: RunStore, run_id: int) -> bool:
+    with store.session_factory() as session:
+        return repo.is_cancel_requested(session, run_id)
+
+
+def queued_run_ids(store: RunStore, limit: int) -> list[int]:
+    with store.session_factory() as session:
+        return repo.queued_run_ids(session, limit)
+
+
+def attempt_of(session: Session, run_id: int) -> int | None:
+    """How many times the run was claimed (None: no such run)."""
+    return repo.attempt_of(session, run_id)

@@ -1,0 +1,155 @@
+"""The live channel of both deployments: the outbox table read by ``OutboxChannel``.
+
+``embedded``: SQLite, readers poll. ``production``: PostgreSQL, writers wake readers through Redis.
+Events are written as the lifecycle writes them (``append_events`` in a transaction, commit, wake).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.live.channel import ROUND
+from backend.live.outbox import OutboxChannel
+from backend.runtime import repository as repo
+from backend.runtime.wake import NoWake, PollWaiter, RedisWake, RedisWakeListener, Waiter, Wake
+from backend.settings import Settings
+from tests.backend.builders import insert_run
+from tests.backend.live.channel_contract import CHECKS, Publish
+from tests.deployment_params import EMBEDDED
+
+Check = Callable[..., None]
+
+
+def publisher(factory: sessionmaker[Session], wake: Wake) -> Publish:
+    def publish(run_id: int, kind: str, data: dict[str, Any]) -> str:
+        with factory() as session:
+            (event_id,) = repo.append_events(session, [(run_id, kind, data)])
+            session.commit()
+        wake.notify(kind)
+        return str(event_id)
+
+    return publish
+
+
+@pytest.fixture
+def wiring(deployment: str, settings: Settings) -> Iterator[tuple[Waiter, Wake]]:
+    """The deployment's readers' waiter and writers' wake (as backend.composition builds them)."""
+    if deployment == EMBEDDED:
+        yield PollWaiter(0.02), NoWake()
+        return
+    wake = RedisWake(settings.redis_url, settings.redis_key_prefix)
+    yield RedisWakeListener(settings.redis_url, settings.redis_key_prefix), wake
+    wake.close()
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__.removeprefix("check_"))
+def test_outbox_channel(
+    check: Check, session_factory: sessionmaker[Session], wiring: tuple[Waiter, Wake]
+) -> None:
+    run_a, run_b = insert_run(session_factory), insert_run(session_factory)
+    waiter, wake = wiring
+    check(OutboxChannel(session_factory, waiter), publisher(session_factory, wake), run_a, run_b)
+
+
+def test_waiting_readers_share_one_tail_and_get_only_their_run(
+    session_factory: sessionmaker[Session], wiring: tuple[Waiter, Wake]
+) -> None:
+    """Readers of several runs wait on one tail; an event of one run wakes the others only to look
+    again, and each reader gets exactly its run's events."""
+    run_a, run_b = insert_run(session_factory), insert_run(session_factory)
+    waiter, wake = wiring
+    channel = OutboxChannel(session_factory, waiter)
+    publish = publisher(session_factory, wake)
+
+    async def scenario() -> tuple[list[str], list[str], list[str]]:
+        readers = [asyncio.create_task(channel.read(run, None, 30.0)) for run in (run_a, run_a, run_b)]
+        await asyncio.sleep(0.2)  # all three are waiting now
+        await asyncio.to_thread(publish, run_b, ROUND, {"round": {"round": 0}})
+        b_events = await readers[2]
+        assert not readers[0].done() and not readers[1].done()
+        await asyncio.to_thread(publish, run_a, ROUND, {"round": {"round": 7}})
+        a1, a2 = await asyncio.gather(readers[0], readers[1])
+        await channel.aclose()
+        return [e.kind for e in b_events], [str(e.data) for e in a1], [str(e.data) for e in a2]
+
+    b_kinds, a1, a2 = asyncio.run(scenario())
+    assert b_kinds == [ROUND] and a1 == a2 == [str({"round": {"round": 7}})]
+
+
+@pytest.mark.deployments("production")
+def test_a_redis_wake_up_brings_the_event_before_the_fallback_poll(
+    session_factory: sessionmaker[Session], settings: Settings
+) -> None:
+    """With a 30 s fallback poll, only the wake-up can deliver the event within seconds."""
+    run_a = insert_run(session_factory)
+    listener = RedisWakeListener(settings.redis_url, settings.redis_key_prefix, fallback_poll_s=30.0)
+    channel = OutboxChannel(session_factory, listener)
+    wake = RedisWake(settings.redis_url, settings.redis_key_prefix)
+    publish = publisher(session_factory, wake)
+
+    async def scenario() -> float:
+        reader = asyncio.create_task(channel.read(run_a, None, 20.0))
+        await asyncio.sleep(0.5)  # subscribed and waiting
+        started = time.monotonic()
+        await asyncio.to_thread(publish, run_a, ROUND, {"round": {"round": 0}})
+        events = await reader
+        elapsed = time.monotonic() - started
+        await channel.aclose()
+        assert [e.data for e in events] == [{"round": {"round": 0}}]
+        return elapsed
+
+    assert asyncio.run(scenario()) < 5.0
+    wake.close()
+
+
+@pytest.mark.deployments("production")
+def test_a_lost_wake_up_costs_latency_not_the_event(
+    session_factory: sessionmaker[Session], settings: Settings
+) -> None:
+    """A writer that dies between its commit and its wake-up: readers still find the event."""
+    run_a = insert_run(session_factory)
+    listener = RedisWakeListener(settings.redis_url, settings.redis_key_prefix, fallback_poll_s=0.3)
+    channel = OutboxChannel(session_factory, listener)
+    publish = publisher(session_factory, NoWake())
+
+    async def scenario() -> list[Any]:
+        reader = asyncio.create_task(channel.read(run_a, None, 20.0))
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(publish, run_a, ROUND, {"round": {"round": 0}})
+        events = await asyncio.wait_for(reader, 5.0)
+        await channel.aclose()
+        return [e.data for e in events]
+
+    assert asyncio.run(scenario()) == [{"round": {"round": 0}}]
+
+
+@pytest.mark.deployments("production")
+def test_event_ids_commit_in_order_on_postgresql(session_factory: sessionmaker[Session]) -> None:
+    """A transaction that appended an event holds the outbox until it commits: a later writer waits,
+    so no reader can see a larger id before a smaller one is committed."""
+    run_a = insert_run(session_factory)
+    first = session_factory()
+    (first_id,) = repo.append_events(first, [(run_a, ROUND, {"round": {"round": 0}})])
+    second_done = threading.Event()
+    second_id: list[int] = []
+
+    def second_writer() -> None:
+        with session_factory() as session:
+            second_id.extend(repo.append_events(session, [(run_a, ROUND, {"round": {"round": 1}})]))
+            session.commit()
+        second_done.set()
+
+    thread = threading.Thread(target=second_writer)
+    thread.start()
+    assert not second_done.wait(0.5)  # blocked behind the open transaction
+    first.commit()
+    first.close()
+    thread.join(10)
+    assert second_done.is_set() and second_id[0] > first_id
