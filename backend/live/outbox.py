@@ -9,8 +9,8 @@ reads the rows after the newest id it has seen (an index range scan that returns
 nothing happened) whenever the ``Waiter`` says so — every ``sse_poll_interval_s`` in the embedded
 default, or at once on a Redis wake-up (and at least once a second) with executor=celery — and keeps
 the latest ``recent_events`` events in memory. A reader whose resume point lies inside that window is
-answered from memory; only a reader further behind (a stream resumed from the start of a long run)
-queries the table. So a new event costs one query per API process whatever the number of readers,
+answered from memory; a reader further behind, or reading a run's stream from its start, queries
+the table first. So a new event costs one query per API process whatever the number of readers,
 and an idle server runs no queries.
 
 Retention: a run's events are kept as long as the run (they are deleted with it).
@@ -69,7 +69,9 @@ class OutboxChannel:
         deadline = time.monotonic() + block_s
         while True:
             seen = tail.latest
-            events = tail.events_after(run_id, start)
+            # a stream from its start reads the table: the window may still hold the events of a
+            # deleted run whose id was given to a new run
+            events = tail.events_after(run_id, start) if start > 0 else None
             if events is None:  # behind the window kept in memory: read the table
                 events = await to_thread.run_sync(self._rows_after, start, run_id, False)
                 if not events:

@@ -59,10 +59,15 @@ def fresh_postgres_database(prefix: str = "collapipe_test") -> Iterator[str]:
 
 
 def truncate_all(database_url: str) -> None:
-    """Empty every service table (ids restart), between tests sharing one database."""
+    """Empty every service table between tests sharing one database. Ids restart, except the live
+    events': they are SSE event ids, never reused (an API process serving the tests keeps the newest
+    ones in memory, as it would in production)."""
     plain = database_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(plain, autocommit=True) as conn:
+        row = conn.execute("SELECT last_value FROM run_events_id_seq").fetchone()
         conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
+        if row is not None:
+            conn.execute("SELECT setval('run_events_id_seq', %s)", (row[0],))
 
 
 def delete_keys(url: str, prefix: str) -> None:

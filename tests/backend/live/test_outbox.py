@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.db.models import Run
 from backend.live.channel import ROUND
 from backend.live.outbox import OutboxChannel
 from backend.runtime import repository as repo
@@ -153,3 +155,30 @@ def test_event_ids_commit_in_order_on_postgresql(session_factory: sessionmaker[S
     first.close()
     thread.join(10)
     assert second_done.is_set() and second_id[0] > first_id
+
+
+def test_a_stream_from_the_start_never_shows_a_deleted_runs_events(
+    session_factory: sessionmaker[Session], wiring: tuple[Waiter, Wake]
+) -> None:
+    """SQLite gives a deleted newest run's id to the next run: the new run's stream must not replay
+    the old events the readers' shared window still holds."""
+    waiter, wake = wiring
+    channel = OutboxChannel(session_factory, waiter)
+    publish = publisher(session_factory, wake)
+    old = insert_run(session_factory)
+
+    async def scenario() -> list[Any]:
+        reader = asyncio.create_task(channel.read(old, None, 10.0))
+        await asyncio.sleep(0.2)
+        await asyncio.to_thread(publish, old, ROUND, {"round": {"round": 0}})
+        assert len(await reader) == 1  # the window now holds it
+        with session_factory() as session:
+            session.execute(delete(Run).where(Run.id == old))
+            session.commit()
+        assert insert_run(session_factory, id=old) == old
+        await asyncio.to_thread(publish, old, ROUND, {"round": {"round": 7}})
+        events = await channel.read(old, None, 5.0)
+        await channel.aclose()
+        return [e.data for e in events]
+
+    assert asyncio.run(scenario()) == [{"round": {"round": 7}}]
