@@ -1,7 +1,9 @@
 """Service processes for integration tests and bench/service.py: API (uvicorn), Celery worker, reaper.
 
 Each runs in its own session (process group), logs to a file, and is stopped with its whole group;
-``ProcessGroup.close`` kills whatever is still alive, so a failing test leaves nothing behind.
+``ProcessGroup.close`` kills whatever is still alive, so a failing test leaves nothing behind. A
+worker or reaper can run under a command ``prefix`` (``["ip", "netns", "exec", NAME]``: on another
+host, tests/integration/netns.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,12 +67,14 @@ class ProcessGroup:
     log_dir: Path
     services: list[Service] = field(default_factory=list)
 
-    def _start(self, name: str, argv: list[str], env: Mapping[str, str] | None = None) -> Service:
+    def _start(
+        self, name: str, argv: list[str], env: Mapping[str, str] | None = None, prefix: Sequence[str] = ()
+    ) -> Service:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                argv,
+                [*prefix, *argv],
                 cwd=REPO,
                 env={**os.environ, **self.env, **(env or {})},
                 stdout=log,
@@ -81,14 +85,22 @@ class ProcessGroup:
         self.services.append(service)
         return service
 
-    def start_worker(self, concurrency: int = 1, env: Mapping[str, str] | None = None) -> Service:
+    def start_worker(
+        self,
+        concurrency: int = 1,
+        env: Mapping[str, str] | None = None,
+        prefix: Sequence[str] = (),
+        loglevel: str = "warning",
+    ) -> Service:
         node = f"test-{uuid.uuid4().hex[:6]}@%h"
         argv = [str(BIN / "celery"), "-A", "workers.celery_app", "worker", "-c", str(concurrency)]
-        argv += ["-P", "prefork", "--loglevel=warning", "-n", node, "--without-gossip", "--without-mingle"]
-        return self._start("worker", argv, env)
+        argv += ["-P", "prefork", f"--loglevel={loglevel}", "-n", node]
+        argv += ["--without-gossip", "--without-mingle"]
+        return self._start("worker", argv, env, prefix)
 
-    def start_reaper(self, interval_s: float) -> Service:
-        return self._start("reaper", [sys.executable, "-m", "workers.reaper", "--interval", str(interval_s)])
+    def start_reaper(self, interval_s: float, prefix: Sequence[str] = ()) -> Service:
+        argv = [sys.executable, "-m", "workers.reaper", "--interval", str(interval_s)]
+        return self._start("reaper", argv, prefix=prefix)
 
     def start_api(self, port: int, timeout_s: float = 30.0) -> Service:
         argv = [str(BIN / "uvicorn"), "backend.app:create_app", "--factory", "--host", "127.0.0.1"]
