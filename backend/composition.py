@@ -19,7 +19,8 @@ from backend.runtime.celery_dispatch import CeleryRunExecutor
 from backend.runtime.dispatch import RunDispatcher
 from backend.runtime.lifecycle import RunStore
 from backend.runtime.local import LocalDispatcher
-from backend.runtime.wake import NoWake, PollWaiter, RedisWake, RedisWakeListener, Wake
+from backend.runtime.redis_wake import RedisWake, RedisWakeListener
+from backend.runtime.wake import NoWake, PollWaiter, Wake
 from backend.settings import Settings
 
 

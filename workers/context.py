@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from backend.db.engine import make_engine, make_session_factory
 from backend.runtime.dispatch_ledger import DispatchLedger
 from backend.runtime.lifecycle import RunStore
-from backend.runtime.wake import RedisWake
+from backend.runtime.redis_wake import RedisWake
 from backend.settings import Settings
 from collapipe_core.workspace import Workspace
 

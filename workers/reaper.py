@@ -27,7 +27,7 @@ from backend.db.engine import make_engine, make_session_factory
 from backend.runtime import lifecycle
 from backend.runtime.celery_dispatch import CeleryRunExecutor
 from backend.runtime.lifecycle import RunStore
-from backend.runtime.wake import RedisWake
+from backend.runtime.redis_wake import RedisWake
 from backend.settings import Settings
 from workers.context import get_worker_settings
 

@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -132,11 +133,28 @@ class Run(Base):
     fork_round: Mapped[int | None] = mapped_column(Integer)
     policy: Mapped[str] = mapped_column(String(200))
     executor: Mapped[str] = mapped_column(String(16))  # the config's fidelity: analytic | simulated
+    # copied from the config at creation, so a listing reads columns instead of the config's JSON
+    V: Mapped[float] = mapped_column("v", Float)  # scheduler.V
+    num_clusters: Mapped[int] = mapped_column(Integer)  # network.num_clusters
+    devices_per_cluster: Mapped[int] = mapped_column(Integer)  # network.devices_per_cluster
+
+
+EVALUATED = "eval_loss IS NOT NULL"
 
 
 class RoundMetric(Base):
     __tablename__ = "round_metrics"
-    __table_args__ = (UniqueConstraint("run_id", "round"),)
+    __table_args__ = (
+        UniqueConstraint("run_id", "round"),
+        # a run's latest evaluated round in one index probe (the runs listing shows its eval figures)
+        Index(
+            "ix_round_metrics_evaluated",
+            "run_id",
+            "round",
+            sqlite_where=text(EVALUATED),
+            postgresql_where=text(EVALUATED),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -178,8 +196,9 @@ class DeviceMetric(Base):
 
 
 class RunEvent(Base):
-    """The embedded live stream: SSE event ids are these ids. ``kind='status'`` rows also feed the
-    stream of all runs' status changes."""
+    """The outbox: every live event, written by the run lifecycle in the same transaction as the state
+    it reports (backend.runtime.lifecycle). SSE event ids are these ids, never reused; ``kind='status'``
+    rows also feed the stream of all runs' status changes. Kept as long as their run."""
 
     __tablename__ = "run_events"
     __table_args__ = (
@@ -193,3 +212,4 @@ class RunEvent(Base):
     kind: Mapped[str] = mapped_column(String(16))
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+

@@ -20,6 +20,7 @@ Method = Literal["lttb", "minmax", "mean", "none"]
 Floats = npt.NDArray[np.float64]
 Indices = npt.NDArray[np.int64]
 
+MIN_POINTS, MAX_POINTS = 2, 100_000  # what a request may ask a series to be downsampled to
 WIDE_BUCKET_POINTS = 48  # from this width on, one bucket's areas are computed with numpy
 
 

@@ -34,25 +34,25 @@ def round_columns(
     return list(session.connection().execute(query.order_by(RoundMetric.round)).all())
 
 
-def device_values(
+def device_columns(
     session: Session,
     run_id: int,
-    metric: str,
+    columns: Sequence[str],
     device_ids: Sequence[str],
     cluster: int | None,
     from_round: int | None,
     to_round: int | None,
-) -> list[tuple[str, int, float]]:
-    """(device_id, round, value) ordered by device then round."""
-    column = getattr(DeviceMetric, metric)
-    query = select(DeviceMetric.device_id, DeviceMetric.round, column).where(DeviceMetric.run_id == run_id)
+) -> list[tuple[Any, ...]]:
+    """(device_id, round, *columns) per stored device row, ordered by device then round."""
+    selected = [DeviceMetric.device_id, DeviceMetric.round, *(getattr(DeviceMetric, c) for c in columns)]
+    query = select(*selected).where(DeviceMetric.run_id == run_id)
     if device_ids:
         query = query.where(DeviceMetric.device_id.in_(device_ids))
     if cluster is not None:
         query = query.where(DeviceMetric.cluster == cluster)
     query = _round_range(query, from_round, to_round, DeviceMetric.round)
     rows = session.connection().execute(query.order_by(DeviceMetric.device_id, DeviceMetric.round))
-    return [(str(d), int(r), float(v)) for d, r, v in rows]
+    return [tuple(row) for row in rows]
 
 
 def count_rounds(session: Session, run_id: int, from_round: int | None, to_round: int | None) -> int:

@@ -13,7 +13,7 @@ from backend.json_response import JSON_MEDIA_TYPE
 from backend.metrics import compare as comparing
 from backend.metrics import export as exporting
 from backend.metrics import service
-from backend.metrics.downsample import Method
+from backend.metrics.downsample import MAX_POINTS, MIN_POINTS, Method
 from backend.metrics.fields import DEVICE_FIELDS, ROUND_FIELDS
 from backend.metrics.schemas import CompareOut, DecisionPage, DeviceSeries, RoundSeries, TimelineOut
 from backend.metrics.timeline import timeline
@@ -22,7 +22,9 @@ from backend.runs import service as runs
 
 router = APIRouter(tags=["metrics"], responses=ERROR_RESPONSES)
 
-MaxPoints = Annotated[int, Query(ge=2, le=100_000, description="downsample to at most this many points")]
+MaxPoints = Annotated[
+    int, Query(ge=MIN_POINTS, le=MAX_POINTS, description="downsample to at most this many points")
+]
 MethodQuery = Annotated[Method, Query(description="lttb (shape), minmax (extremes), mean (buckets), none")]
 FromRound = Annotated[RoundQuery, Query(alias="from", description="first round (inclusive)")]
 ToRound = Annotated[RoundQuery, Query(alias="to", description="last round (inclusive)")]
@@ -50,24 +52,42 @@ async def round_series(
     return Response(body, media_type=JSON_MEDIA_TYPE)
 
 
+MetricSpec = Annotated[str, Field(pattern=r"^[a-z_]{1,64}(:[0-9]{1,6}(:[a-z]{1,8})?)?$")]
+
+
 @router.get("/api/runs/{run_id}/devices")
 def device_series(
     run_id: IdPath,
     session: SessionDep,
     _user: ViewerUser,
     metric: Annotated[
-        str, Query(max_length=64, description=f"one of {', '.join(DEVICE_FIELDS)}")
-    ] = "energy_j",
+        list[MetricSpec],
+        Query(
+            min_length=1,
+            max_length=len(DEVICE_FIELDS),
+            description=f"repeated, each {service.METRIC_SPEC} (its own downsampling, else max_points "
+            f"and method); NAME one of {', '.join(DEVICE_FIELDS)}",
+            examples=[["energy_j", "energy_budget_j:2", "num_blocks:150:mean"]],
+        ),
+    ],
     device_id: Annotated[list[str], Query(max_length=1000, description="e.g. c0-d1; default all")] = [],  # noqa: B006
     cluster: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+    all_devices: Annotated[
+        list[Annotated[str, Field(max_length=64)]],
+        Query(
+            max_length=len(DEVICE_FIELDS),
+            description="names of metrics asked that are read for every device, whatever device_id "
+            "and cluster select (e.g. a heatmap of all devices beside charts of one cluster)",
+        ),
+    ] = [],  # noqa: B006
     from_round: FromRound = None,
     to_round: ToRound = None,
     max_points: MaxPoints = 2000,
     method: MethodQuery = "lttb",
 ) -> DeviceSeries:
-    return service.device_series(
-        session, run_id, metric, device_id, cluster, from_round, to_round, max_points, method
-    )
+    """Per-device series of several metrics in one request, each downsampled per device."""
+    queries = service.device_metric_queries(metric, max_points, method, all_devices)
+    return service.device_series(session, run_id, queries, device_id, cluster, from_round, to_round)
 
 
 @router.get("/api/runs/{run_id}/decisions")

@@ -23,19 +23,25 @@ class RoundSeries(BaseModel):
     units: dict[str, str]
 
 
-class DeviceSeries(BaseModel):
-    run_id: int
-    metric: str
+class DeviceMetricSeries(BaseModel):
     unit: str
     method: Method
     max_points: int
     series: dict[str, Series] = Field(description="per device id")
 
 
+class DeviceSeries(BaseModel):
+    run_id: int
+    metrics: dict[str, DeviceMetricSeries] = Field(description="per metric, in the order asked")
+
+
 class DecisionItem(BaseModel):
     round: int
     policy: str
     objective: float | None
+    objective_latency: float | None = Field(description="V·T")
+    objective_convergence: float | None = Field(description="V·λ·G(M)")
+    objective_energy: float | None = Field(description="Σ_k Q_k·E_k")
     feasible: bool
     violations: list[str]
     solver_iterations: int

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any, get_args
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -12,15 +14,22 @@ from backend.db.models import ROUND_METRIC_COLUMNS
 from backend.errors import InvalidInput
 from backend.jsonsafe import sanitize
 from backend.metrics import repository as repo
-from backend.metrics.downsample import Method, downsample
+from backend.metrics.downsample import MAX_POINTS, MIN_POINTS, Floats, Method, downsample
 from backend.metrics.fields import DEFAULT_ROUND_FIELDS, DEVICE_FIELDS, RECORD_FIELDS, ROUND_FIELDS, unit_of
-from backend.metrics.schemas import DecisionItem, DecisionPage, DeviceSeries, RoundSeries, Series
+from backend.metrics.schemas import (
+    DecisionItem,
+    DecisionPage,
+    DeviceMetricSeries,
+    DeviceSeries,
+    RoundSeries,
+    Series,
+)
 from backend.metrics.series_cache import SeriesCache
 from backend.runs import service as runs
 
 
 def _series(
-    rounds: Sequence[float], values: Sequence[float | None], max_points: int, method: Method
+    rounds: Sequence[float] | Floats, values: Sequence[float | None] | Floats, max_points: int, method: Method
 ) -> Series:
     """Drop missing and non-finite values (None becomes NaN), downsample, return the lists."""
     x = np.asarray(rounds, dtype=np.float64)
@@ -102,34 +111,115 @@ def round_series_body(
     return body
 
 
+@dataclass(frozen=True)
+class DeviceMetricQuery:
+    """A metric asked of the device series, and how each device's series of it is downsampled."""
+
+    name: str
+    max_points: int
+    method: Method
+    every_device: bool = False  # whatever devices the request selects
+
+
+METHODS: tuple[Method, ...] = get_args(Method)
+METRIC_SPEC = "NAME, NAME:MAX_POINTS or NAME:MAX_POINTS:METHOD"
+
+
+def device_metric_queries(
+    specs: Sequence[str], max_points: int, method: Method, all_devices: Sequence[str] = ()
+) -> list[DeviceMetricQuery]:
+    """Parse ``metric`` parameters (``METRIC_SPEC``; what a spec leaves out is ``max_points`` and
+    ``method``) and ``all_devices`` (names among them); InvalidInput naming every bad one."""
+    queries: list[DeviceMetricQuery] = []
+    problems: list[dict[str, Any]] = []
+    for spec in specs:
+        name, _, options = spec.partition(":")
+        points_text, _, method_text = options.partition(":")
+        if name not in DEVICE_FIELDS:
+            problems.append({"field": "metric", "value": spec, "message": f"unknown metric {name!r}"})
+        elif any(q.name == name for q in queries):
+            problems.append({"field": "metric", "value": spec, "message": f"{name} asked more than once"})
+        elif points_text and not (points_text.isdigit() and MIN_POINTS <= int(points_text) <= MAX_POINTS):
+            message = f"max_points must be a whole number from {MIN_POINTS} to {MAX_POINTS}"
+            problems.append({"field": "metric", "value": spec, "message": message})
+        elif method_text and method_text not in METHODS:
+            message = f"method must be one of {', '.join(METHODS)}"
+            problems.append({"field": "metric", "value": spec, "message": message})
+        else:
+            chosen = method_text if method_text else method
+            points = int(points_text) if points_text else max_points
+            queries.append(DeviceMetricQuery(name, points, chosen, name in all_devices))
+    asked = {q.name for q in queries}
+    for name in all_devices:
+        if name not in asked:
+            message = "not one of the metrics asked (metric)"
+            problems.append({"field": "all_devices", "value": name, "message": message})
+    if problems:
+        raise InvalidInput(
+            f"give each metric as {METRIC_SPEC}, NAME one of {', '.join(DEVICE_FIELDS)}; "
+            + "; ".join(f"{p['field']} {p['value']!r}: {p['message']}" for p in problems),
+            problems,
+        )
+    return queries
+
+
 def device_series(
     session: Session,
     run_id: int,
-    metric: str,
+    metrics: Sequence[DeviceMetricQuery],
     device_ids: Sequence[str],
     cluster: int | None,
     from_round: int | None,
     to_round: int | None,
-    max_points: int,
-    method: Method,
 ) -> DeviceSeries:
-    runs.ensure_exists(session, run_id)
-    _check_fields([metric], DEVICE_FIELDS, "metric")
-    grouped: dict[str, tuple[list[int], list[float | None]]] = {}
-    for device, round_index, value in repo.device_values(
-        session, run_id, metric, device_ids, cluster, from_round, to_round
-    ):
-        rounds, values = grouped.setdefault(device, ([], []))
-        rounds.append(round_index)
-        values.append(value)
-    return DeviceSeries(
-        run_id=run_id,
-        metric=metric,
-        unit=unit_of(metric),
-        method=method,
-        max_points=max_points,
-        series={device: _series(r, v, max_points, method) for device, (r, v) in grouped.items()},
-    )
+    """Each metric's series per device, downsampled per metric: the devices ``device_ids`` and
+    ``cluster`` select (default all), every device for a metric asked ``every_device``. One query
+    per group of metrics."""
+    filtered = bool(device_ids) or cluster is not None
+    groups = [[m for m in metrics if not m.every_device], [m for m in metrics if m.every_device]]
+    result: dict[str, DeviceMetricSeries] = {}
+    found = False
+    for group, selected in zip(groups, (filtered, False), strict=True):
+        if not group:
+            continue
+        rows = repo.device_columns(
+            session,
+            run_id,
+            [m.name for m in group],
+            device_ids if selected else [],
+            cluster if selected else None,
+            from_round,
+            to_round,
+        )
+        found = found or bool(rows)
+        result.update(_device_metric_series(rows, group))
+    if not found:  # no rows in range, or no such run (asked only then)
+        runs.ensure_exists(session, run_id)
+    return DeviceSeries(run_id=run_id, metrics={m.name: result[m.name] for m in metrics})
+
+
+def _device_metric_series(
+    rows: Sequence[tuple[Any, ...]], metrics: Sequence[DeviceMetricQuery]
+) -> dict[str, DeviceMetricSeries]:
+    """``rows`` of (device_id, round, *metrics), ordered by device then round, as downsampled series."""
+    devices = [row[0] for row in rows]
+    rounds = np.fromiter((row[1] for row in rows), dtype=np.float64, count=len(rows))
+    # each device's rows are one slice
+    bounds = [i for i in range(len(devices)) if i == 0 or devices[i] != devices[i - 1]] + [len(devices)]
+    slices = [(devices[a], a, b) for a, b in pairwise(bounds)]
+    result = {}
+    for i, metric in enumerate(metrics):
+        values = np.array([row[2 + i] for row in rows], dtype=np.float64)  # None becomes NaN
+        result[metric.name] = DeviceMetricSeries(
+            unit=unit_of(metric.name),
+            method=metric.method,
+            max_points=metric.max_points,
+            series={
+                device: _series(rounds[a:b], values[a:b], metric.max_points, metric.method)
+                for device, a, b in slices
+            },
+        )
+    return result
 
 
 def decisions(
@@ -151,6 +241,9 @@ def _decision(record: dict[str, Any]) -> DecisionItem:
         round=record["round"],
         policy=record["policy"],
         objective=record.get("objective"),
+        objective_latency=record.get("objective_latency"),
+        objective_convergence=record.get("objective_convergence"),
+        objective_energy=record.get("objective_energy"),
         feasible=record["feasible"],
         violations=list(record.get("violations", [])),
         solver_iterations=int(record.get("solver_iterations", 0)),

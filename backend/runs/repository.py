@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, Select, bindparam, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Row, Select, and_, bindparam, func, select
+from sqlalchemy.orm import Session, aliased
 
-from backend.db.models import Run, User
+from backend.db.models import RoundMetric, Run, RunEvent, User
 
-# what a run listing shows: every column but the configs (JSON documents of several KB each that
-# the list never returns; decoding them was most of a listing's cost)
+# what a run listing shows of the row: every column but the configs (JSON documents of several KB
+# each that the list never returns; decoding them was most of a listing's cost)
 LISTED_COLUMNS = (
     Run.id,
     Run.name,
@@ -30,6 +30,9 @@ LISTED_COLUMNS = (
     Run.fork_round,
     Run.policy,
     Run.executor,
+    Run.V,
+    Run.num_clusters,
+    Run.devices_per_cluster,
 )
 
 
@@ -54,7 +57,11 @@ LIKE_ESCAPE = "/"  # escapes %, _ and itself in a listing's search text
 
 
 def _page_queries(statuses: bool, owner: bool, search: bool) -> tuple[Select[int], Select[*tuple[Any, ...]]]:
-    """The count and page queries of a listing with these filters, their values left as parameters."""
+    """The count and page queries of a listing with these filters, their values left as parameters.
+
+    A page's rows (``LISTED_COLUMNS``, then the fields of ``RunListItem`` after them, in order) join
+    each listed run's latest round and latest evaluated round on the unique (run_id, round); the
+    runs are chosen first, so the joins and lookups touch the page's runs only."""
     conditions: list[Any] = []
     if statuses:
         conditions.append(Run.status.in_(bindparam("statuses", expanding=True)))
@@ -63,8 +70,48 @@ def _page_queries(statuses: bool, owner: bool, search: bool) -> tuple[Select[int
     if search:
         conditions.append(func.lower(Run.name).contains(bindparam("search"), escape=LIKE_ESCAPE))
     count = select(func.count(Run.id)).where(*conditions)
-    rows = select(*LISTED_COLUMNS).where(*conditions).order_by(Run.id.desc())
-    return count, rows.limit(bindparam("limit")).offset(bindparam("offset"))
+    runs = (
+        select(*LISTED_COLUMNS)
+        .where(*conditions)
+        .order_by(Run.id.desc())
+        .limit(bindparam("limit"))
+        .offset(bindparam("offset"))
+        .subquery("listed")
+    )
+    latest = aliased(RoundMetric, name="latest")
+    evaluated = aliased(RoundMetric, name="evaluated")
+    owner_name = select(User.username).where(User.id == runs.c.owner_id).scalar_subquery()
+    latest_round = runs.c.rounds_done - 1
+    # through ix_round_metrics_evaluated: one index probe, however many rounds were not evaluated
+    eval_round = (
+        select(func.max(RoundMetric.round))
+        .where(RoundMetric.run_id == runs.c.id, RoundMetric.eval_loss.is_not(None))
+        .scalar_subquery()
+    )
+    rows = (
+        select(
+            *runs.c,
+            owner_name.label("owner_name"),
+            latest.round.label("latest_round"),
+            latest.latency_s.label("latest_latency_s"),
+            evaluated.round.label("latest_eval_round"),
+            evaluated.eval_loss.label("latest_eval_loss"),
+            _eval_metric(evaluated, "eval_perplexity").label("latest_eval_perplexity"),
+            _eval_metric(evaluated, "eval_accuracy").label("latest_eval_accuracy"),
+        )
+        .select_from(
+            runs.outerjoin(latest, and_(latest.run_id == runs.c.id, latest.round == latest_round)).outerjoin(
+                evaluated, and_(evaluated.run_id == runs.c.id, evaluated.round == eval_round)
+            )
+        )
+        .order_by(runs.c.id.desc())
+    )
+    return count, rows
+
+
+def _eval_metric(rounds: Any, name: str) -> Any:
+    """A round record's ``eval_metrics[name]`` as a float (NULL when the record has none)."""
+    return rounds.record[("eval_metrics", name)].as_float()
 
 
 # built once per combination of filters: a listing is a hot path, and building statements was a
@@ -89,7 +136,7 @@ def page(
     limit: int,
     offset: int,
 ) -> tuple[list[Row[Any]], int]:
-    """One page of runs, newest first, as rows of ``LISTED_COLUMNS``; and the number matching."""
+    """One page of runs, newest first, as rows of ``RunListItem``'s fields; and the number matching."""
     count_query, page_query = _PAGE_QUERIES[bool(statuses), owner is not None, bool(search)]
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     if statuses:
@@ -102,6 +149,24 @@ def page(
     total = connection.execute(count_query, params).scalar() or 0
     rows: list[Row[Any]] = list(connection.execute(page_query, params).all())
     return rows, int(total)
+
+
+def get_with_live_head(session: Session, run_id: int) -> tuple[Run, str | None, int] | None:
+    """The run, its owner's username and the id of its latest live event (0: none yet).
+
+    One statement, so one snapshot: a round's row, ``rounds_done`` and its live event commit
+    together, and the event id read here belongs to the rounds ``rounds_done`` counts, never a later
+    one. A client that loads rounds up to ``rounds_done - 1`` and then streams the events after this
+    id misses no round."""
+    owner = select(User.username).where(User.id == Run.owner_id).scalar_subquery()
+    last_event = select(func.max(RunEvent.id)).where(RunEvent.run_id == Run.id).scalar_subquery()
+    query = (
+        select(Run, owner, func.coalesce(last_event, 0))
+        .where(Run.id == run_id)
+        .execution_options(populate_existing=True)
+    )
+    row = session.execute(query).first()
+    return None if row is None else (row[0], row[1], int(row[2]))
 
 
 def refresh(session: Session, run: Run) -> Run:

@@ -20,10 +20,20 @@ from backend.deps import (
 from backend.errors import ERROR_RESPONSES, ErrorResponse
 from backend.json_response import json_response
 from backend.params import IdPath, Limit, Offset, Search
-from backend.runs import service
-from backend.runs.schemas import RunCreate, RunDetail, RunFork, RunOut, RunPage, RunStatus
+from backend.runs import read_model, service
+from backend.runs.schemas import (
+    RunCreate,
+    RunDetail,
+    RunFork,
+    RunListItem,
+    RunOut,
+    RunPage,
+    RunStatus,
+    RunView,
+)
 from backend.text_input import StoredStr
 
+LISTED_FIELDS = tuple(RunListItem.model_fields)
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=ERROR_RESPONSES)
 CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorResponse, "description": "not allowed in the run's current status"}
@@ -53,17 +63,20 @@ async def list_runs(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> Response:
-    # the body is written from the selected columns (RunOut's fields, in order), not re-validated
+    """A page of runs, newest first, each with its owner's name and its latest round's figures."""
+    # the body is written from the selected columns (RunListItem's fields, in order), not re-validated
     items, total = await run_and_commit(
         session, lambda: service.page(session, status_in, owner, search, limit, offset)
     )
-    page = {"items": [row._asdict() for row in items], "total": total, "limit": limit, "offset": offset}
-    return json_response(page)
+    rows = [dict(zip(LISTED_FIELDS, row, strict=True)) for row in items]
+    return json_response({"items": rows, "total": total, "limit": limit, "offset": offset})
 
 
 @router.get("/{run_id}")
-def get_run(run_id: IdPath, session: SessionDep, _user: ViewerUser) -> RunDetail:
-    return RunDetail.model_validate(service.get(session, run_id))
+def get_run(run_id: IdPath, session: SessionDep, _user: ViewerUser) -> RunView:
+    """The run with its config, its owner's name and ``last_event_id``: load its rounds up to
+    ``rounds_done - 1``, then stream ``/api/runs/{id}/events?after=<last_event_id>``."""
+    return read_model.view(session, run_id)
 
 
 @router.post("/{run_id}/cancel", responses=CONFLICT)

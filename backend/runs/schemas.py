@@ -65,6 +65,23 @@ class RunOut(BaseModel):
     fork_round: int | None
     policy: str
     executor: str
+    V: float = Field(description="scheduler.V: Lyapunov weight of latency against the energy queues")
+    num_clusters: int = Field(description="network.num_clusters")
+    devices_per_cluster: int = Field(description="network.devices_per_cluster")
+
+
+class RunListItem(RunOut):
+    """A run as the runs list shows it: its row, its owner's name and its latest figures."""
+
+    owner_name: str | None = Field(description="the owner's username; null once the owner is deleted")
+    latest_round: int | None = Field(description="index of the latest stored round; null before the first")
+    latest_latency_s: float | None = Field(description="latency_s of the latest stored round")
+    latest_eval_round: int | None = Field(description="the latest round with an eval_loss")
+    latest_eval_loss: float | None = Field(description="eval_loss of latest_eval_round")
+    latest_eval_perplexity: float | None = Field(
+        description="eval_perplexity of latest_eval_round (causal LM runs)"
+    )
+    latest_eval_accuracy: float | None = Field(description="eval_accuracy of latest_eval_round")
 
 
 class RunDetail(RunOut):
@@ -74,8 +91,18 @@ class RunDetail(RunOut):
     )
 
 
+class RunView(RunDetail):
+    """A run as its page opens it: the detail, the owner's name and the head of its live stream."""
+
+    owner_name: str | None = Field(description="the owner's username; null once the owner is deleted")
+    last_event_id: str = Field(
+        description="id of the run's latest live event when rounds_done was read ('0': none yet): "
+        "GET /api/runs/{id}/events?after=<last_event_id> sends what came after (rounds > rounds_done - 1)"
+    )
+
+
 class RunPage(BaseModel):
-    items: list[RunOut]
+    items: list[RunListItem]
     total: int
     limit: int
     offset: int

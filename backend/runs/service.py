@@ -63,6 +63,9 @@ def _new_run(owner: User, config: ExperimentConfig, name: str | None, **extra: A
         total_rounds=config.training.rounds,
         policy=config.scheduler.policy,
         executor=config.executor,
+        V=config.scheduler.V,
+        num_clusters=config.network.num_clusters,
+        devices_per_cluster=config.network.devices_per_cluster,
         **extra,
     )
 

@@ -6,7 +6,8 @@
   ``segments``: forks as config segments.
 - ``dispatch``: the ``RunDispatcher`` seam; ``local``: the embedded executor (one spawned process
   per run); ``celery_dispatch``/``celery_app``/``dispatch_ledger``: sending runs to Celery workers.
-- ``wake``: waking live readers after a commit (Redis pub/sub, or nothing when readers poll).
+- ``wake``: waking live readers after a commit (nothing: readers poll); ``redis_wake``: through
+  Redis pub/sub.
 
 ``backend.composition`` picks the executor and the wake-ups from the settings.
 """

@@ -3,7 +3,7 @@
 
 import { post, setUnauthenticatedHandler } from './api.js';
 import { h, clear } from './dom.js';
-import { can, forgetOwners, loadUser, setUser, user } from './session.js';
+import { can, loadUser, setUser, user } from './session.js';
 import './stats.js';
 import { mountLogin } from './views/login.js';
 import { mountRuns } from './views/runs.js';
@@ -80,7 +80,6 @@ function renderHeader() {
 
 async function start() {
   await loadUser();
-  forgetOwners();
   renderHeader();
   render();
 }

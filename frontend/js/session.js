@@ -27,26 +27,3 @@ export async function loadUser() {
   }
   return current;
 }
-
-/** Owner names: the API gives owner ids; admins may list users, others know only themselves. */
-const owners = new Map();
-let ownersLoaded = false;
-
-export async function ownerName(ownerId) {
-  if (ownerId === null || ownerId === undefined) return '—';
-  if (current && ownerId === current.id) return current.username;
-  if (!ownersLoaded && can('admin')) {
-    ownersLoaded = true;
-    try {
-      for (const u of await get('/api/users')) owners.set(u.id, u.username);
-    } catch {
-      /* not fatal: fall back to the id */
-    }
-  }
-  return owners.get(ownerId) || `user #${ownerId}`;
-}
-
-export function forgetOwners() {
-  owners.clear();
-  ownersLoaded = false;
-}

@@ -57,15 +57,20 @@ def tiny_config(**sections: Any) -> dict[str, Any]:
 def insert_run(factory: Any, config: dict[str, Any] | None = None, **fields: Any) -> int:
     """A queued run row for ``config`` (default the tiny config); returns its id."""
     from backend.db.models import Run
+    from collapipe_core.config import ExperimentConfig
 
     config = config or tiny_config()
+    typed = ExperimentConfig.model_validate(config)  # its fields only: a run may fail its checks later
     values: dict[str, Any] = {
         "name": config.get("name", "run"),
         "config": config,
         "status": "queued",
-        "total_rounds": config["training"]["rounds"],
-        "policy": config["scheduler"]["policy"],
-        "executor": config["executor"],
+        "total_rounds": typed.training.rounds,
+        "policy": typed.scheduler.policy,
+        "executor": typed.executor,
+        "V": typed.scheduler.V,
+        "num_clusters": typed.network.num_clusters,
+        "devices_per_cluster": typed.network.devices_per_cluster,
     }
     values.update(fields)
     with factory() as session:

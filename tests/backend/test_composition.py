@@ -9,7 +9,8 @@ from backend.composition import build_runtime
 from backend.db.engine import make_engine, make_session_factory
 from backend.runtime.celery_dispatch import CeleryRunExecutor
 from backend.runtime.local import LocalDispatcher
-from backend.runtime.wake import NoWake, PollWaiter, RedisWake, RedisWakeListener
+from backend.runtime.redis_wake import RedisWake, RedisWakeListener
+from backend.runtime.wake import NoWake, PollWaiter
 from backend.settings import Settings
 
 

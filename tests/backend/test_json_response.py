@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from backend.json_response import json_bytes, json_response
 from backend.metrics.schemas import Series
-from backend.runs.schemas import RunOut
+from backend.runs.schemas import RunListItem
 
 RUN = {
     "id": 7,
@@ -28,16 +28,26 @@ RUN = {
     "fork_round": None,
     "policy": "dssda",
     "executor": "simulated",
+    "V": 10.0,
+    "num_clusters": 2,
+    "devices_per_cluster": 3,
+    "owner_name": "ada",
+    "latest_round": 2,
+    "latest_latency_s": 0.125,
+    "latest_eval_round": 1,
+    "latest_eval_loss": 2.5,
+    "latest_eval_perplexity": None,
+    "latest_eval_accuracy": 0.75,
 }
 
 
 def test_run_row_is_written_as_pydantic_writes_it() -> None:
-    assert json_bytes(RUN) == RunOut.model_validate(RUN).model_dump_json().encode()
+    assert json_bytes(RUN) == RunListItem.model_validate(RUN).model_dump_json().encode()
 
 
 def test_naive_datetimes_stay_without_offset() -> None:
     naive = {**RUN, "created_at": datetime(2026, 1, 2, 3, 4, 5), "started_at": None}
-    assert json_bytes(naive) == RunOut.model_validate(naive).model_dump_json().encode()
+    assert json_bytes(naive) == RunListItem.model_validate(naive).model_dump_json().encode()
 
 
 def test_floats_match_and_non_finite_become_null() -> None:

@@ -1,4 +1,5 @@
-"""Migrations: empty → head → one step down → head, on SQLite and PostgreSQL; models match (alembic check).
+"""Migrations: empty → head → one step down → empty → head, on SQLite and PostgreSQL; models match
+(alembic check); 0002 fills the listing columns of runs stored before it from their configs.
 
 Also: a SQLite migration runs with foreign keys off, so a batch rebuild of a parent table keeps the
 child rows (they would be cascade-deleted with foreign keys on).
@@ -6,6 +7,7 @@ child rows (they would be cascade-deleted with foreign keys on).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +17,11 @@ from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
+from backend.config_input import normalized
 from backend.db.engine import make_engine
 from backend.migrations import alembic_config, downgrade, upgrade_to_head
+from collapipe_core.validation import parse_config
+from tests.backend.builders import tiny_config
 from tests.backend.databases import postgres_schema, sqlite_url
 
 TABLES = {
@@ -49,15 +54,48 @@ def _tables(url: str) -> set[str]:
         engine.dispose()
 
 
+def _columns(url: str, table: str) -> set[str]:
+    engine = make_engine(url)
+    try:
+        return {column["name"] for column in inspect(engine).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
 def test_upgrade_downgrade_upgrade_and_check(empty_database: str) -> None:
     upgrade_to_head(empty_database)
     assert _tables(empty_database) == TABLES
     command.check(alembic_config(empty_database))  # raises if models and migrations disagree
-    downgrade(empty_database, "-1")
+    downgrade(empty_database, "0001")
+    assert "v" not in _columns(empty_database, "runs")
+    downgrade(empty_database, "base")
     assert _tables(empty_database) <= {"alembic_version"}
     upgrade_to_head(empty_database)
     assert _tables(empty_database) == TABLES
     command.check(alembic_config(empty_database))
+
+
+def test_listing_columns_are_backfilled_from_the_stored_config(empty_database: str) -> None:
+    command.upgrade(alembic_config(empty_database), "0001")
+    config = normalized(parse_config(tiny_config(scheduler={"V": 12.5}, network={"num_clusters": 3})))
+    engine = make_engine(empty_database)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO runs (id, name, config, status, created_at, rounds_done, total_rounds, "
+                    "cancel_requested, attempt, policy, executor) "
+                    "VALUES (1, 'r', :config, 'queued', '2026-01-01 00:00:00', 0, 5, false, 0, "
+                    "'uniform', 'analytic')"
+                ),
+                {"config": json.dumps(config)},
+            )
+        upgrade_to_head(empty_database)
+        with engine.connect() as connection:
+            row = connection.execute(text("SELECT v, num_clusters, devices_per_cluster FROM runs")).one()
+        assert tuple(row) == (12.5, 3, 3)
+    finally:
+        engine.dispose()
 
 
 def test_a_sqlite_batch_rebuild_of_runs_keeps_child_rows(tmp_path: Path) -> None:
@@ -69,9 +107,9 @@ def test_a_sqlite_batch_rebuild_of_runs_keeps_child_rows(tmp_path: Path) -> None
             connection.execute(
                 text(
                     "INSERT INTO runs (id, name, config, status, created_at, rounds_done, total_rounds, "
-                    "cancel_requested, attempt, policy, executor) "
+                    "cancel_requested, attempt, policy, executor, v, num_clusters, devices_per_cluster) "
                     "VALUES (1, 'r', '{}', 'queued', '2026-01-01 00:00:00', 0, 1, 0, 0, "
-                    "'uniform', 'analytic')"
+                    "'uniform', 'analytic', 1.0, 1, 1)"
                 )
             )
             connection.execute(

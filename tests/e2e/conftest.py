@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, Request, expect, sync_playwright
 
 from tests.deployment_params import deployment_params
 from tests.e2e.configs import tiny
@@ -120,6 +120,20 @@ class RequestGuard:
             for url in self.urls
             if urlparse(url).scheme not in LOCAL_SCHEMES and urlparse(url).hostname not in LOCAL_HOSTS
         ]
+
+
+def counted_api_requests(page: Page) -> list[str]:
+    """The URLs of the API requests ``page`` sends from now on (a list that fills in), but its event
+    streams and /api/auth/me (who is signed in)."""
+    urls: list[str] = []
+
+    def record(request: Request) -> None:
+        path = urlparse(request.url).path
+        if path.startswith("/api/") and not path.endswith("/events") and path != "/api/auth/me":
+            urls.append(request.url)
+
+    page.on("request", record)
+    return urls
 
 
 Login = Callable[[str], Page]

@@ -142,7 +142,8 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
     # the live points are the stored records: every device's queue, round by round
     with server.client() as client:
         params = {"metric": "queue", "max_points": 1000}
-        stored = client.get(f"/api/runs/{run_id}/devices", params=params).raise_for_status().json()
+        answer = client.get(f"/api/runs/{run_id}/devices", params=params).raise_for_status().json()
+        stored = answer["metrics"]["queue"]
     shown = page.evaluate(
         "Object.fromEntries(document.getElementById('chart-devices').data"
         ".filter(t => t.meta?.chart === 'queue' && t.meta.device)"

@@ -1,4 +1,5 @@
-"""The run view: the Gantt of a chosen round, cancelling a running run, and a narrow window."""
+"""The run view: the Gantt of a chosen round, cancelling a running run, a narrow window, and the
+requests it loads with."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.e2e.configs import tiny
-from tests.e2e.conftest import FinishedRuns, Login, screenshot
+from tests.e2e.conftest import FinishedRuns, Login, counted_api_requests, screenshot
 from tests.e2e.server import Server
 
 pytestmark = pytest.mark.e2e
@@ -179,7 +180,8 @@ def _cluster_traces_match_the_store(page, server: Server, run_id: int, rounds: i
     with server.client() as client:
         for chart, metric in (("queue", "queue"), ("power", "power_w")):
             params = {"metric": metric, "max_points": 1000}
-            stored = client.get(f"/api/runs/{run_id}/devices", params=params).raise_for_status().json()
+            answer = client.get(f"/api/runs/{run_id}/devices", params=params).raise_for_status().json()
+            stored = answer["metrics"][metric]
             shown = page.evaluate(CLUSTER_TRACES, chart)
             # one trace per cluster (3 × 4 devices), its meta listing the cluster's devices
             assert sorted(m["cluster"] for m in shown["meta"]) == ["c0", "c1", "c2"], shown["meta"]
@@ -232,3 +234,37 @@ def test_many_devices_are_drawn_as_a_line_each_in_a_trace_per_cluster(login: Log
     page.mouse.move(xy["x"], xy["y"])
     page.mouse.click(xy["x"], xy["y"])
     expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "7")
+
+
+def test_the_run_view_loads_in_six_requests(login: Login, server: Server) -> None:
+    """A network of 18 devices (it opens on cluster 0, the segment heatmap shows all): the detail,
+    the per-device series (one request for every metric), the round series, the decision log, the
+    tiles' figures and the Gantt — every figure drawn from them."""
+    config = tiny(rounds=8, executor="analytic")
+    config["network"]["num_clusters"] = 3
+    config["network"]["devices_per_cluster"] = 6
+    run_id = server.launch(config, name="eighteen devices")
+    server.wait_for_run(run_id, ("succeeded",))
+    page = login("viewer")
+    expect(page.locator("tbody tr[data-run-id]").first).to_be_attached()
+    requests = counted_api_requests(page)
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    expect(page.locator("[data-ready='true']")).to_be_attached(timeout=15_000)
+    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "7")
+    expect(page.locator("[data-tile='latency']")).not_to_have_text("—")
+    page.wait_for_load_state("networkidle")
+    assert len(requests) <= 6, requests
+    # the figures: cluster 0's devices on the per-device charts, every device on the heatmap, the
+    # round curves, the current cut, the decision log's newest page
+    for chart in ("queue", "power"):
+        shown = page.evaluate(CLUSTER_TRACES, chart)["series"]
+        assert sorted(shown) == [f"c0-d{k}" for k in range(6)], chart
+        assert all(points["round"] == list(range(8)) for points in shown.values()), chart
+    heatmap = page.evaluate("document.getElementById('chart-segments').data[0]")
+    assert len(heatmap["y"]) == 18 and heatmap["x"] == list(range(8))
+    assert all(len(row) == 8 for row in heatmap["z"])
+    assert page.evaluate("document.getElementById('chart-round-latency').data[0].x.length") == 8
+    assert page.evaluate("document.getElementById('chart-cut').data.length") == 6
+    expect(page.locator("#decisions tbody tr[data-round]")).to_have_count(8)
+    expect(page.locator("#decisions tbody tr[data-round='7'] td").nth(3)).not_to_have_text("—")  # V·T
+    screenshot(page, "run-eighteen-devices")

@@ -1,8 +1,7 @@
 // Pre-flight: what the first round of the chosen policy costs, per device, before anything runs —
 // modeled memory against capacity, round latency split into compute and communication, energy
 // against budget. Asks POST /api/config/preflight (body: the config; answer: round 0 as the `round`
-// live event carries it, {round: RoundRecord, devices: [DeviceRecord]}). A server without that
-// endpoint gets a summary of the validated config instead.
+// live event carries it, {round: RoundRecord, devices: [DeviceRecord]}).
 
 import { post } from '../api.js';
 import { h, clear } from '../dom.js';
@@ -57,32 +56,8 @@ export function createPreflight(panel) {
     ], 'J');
   }
 
-  function renderSummary(config) {
-    const n = config.network;
-    const profiles = n.profiles || [];
-    panel.append(
-      h('div.notice.notice-warn', { 'data-preflight': 'unavailable' },
-        'This server cannot model the first round yet (no POST /api/config/preflight). ',
-        'The config is valid; the figures below are read from it.'),
-      h('div.tiles', {},
-        tile('Devices', `${n.num_clusters} × ${n.devices_per_cluster}`, 'clusters × devices per cluster'),
-        tile('TEBs', String(config.model.num_blocks), 'encoder blocks to place'),
-        tile('Rounds', String(config.training.rounds), `policy ${config.scheduler.policy}`),
-        tile('Executor', config.executor, config.executor === 'analytic' ? 'cost model only' : 'real training')),
-    );
-    if (profiles.length) {
-      panel.append(h('h3', {}, 'Device kinds'), h('div.table-wrap', {}, h('table', {},
-        h('thead', {}, h('tr', {}, h('th', {}, 'profile'), h('th.num', {}, 'memory'), h('th.num', {}, 'energy budget'), h('th.num', {}, 'CPU'))),
-        h('tbody', {}, profiles.map((p) => h('tr', {}, h('td', {}, p.name), h('td.num', {}, formatValue(p.memory_bytes, 'bytes')),
-          h('td.num', {}, formatValue(p.energy_budget_j, 'J')), h('td.num', {}, formatValue(p.cpu_hz, 'Hz'))))))));
-    } else {
-      panel.append(h('p.small', {}, `Devices are drawn from ranges: memory ${formatValue(n.memory_bytes.low, 'bytes')} – `,
-        `${formatValue(n.memory_bytes.high, 'bytes')}, energy budget ${formatValue(n.energy_budget_j, 'J')} per round.`));
-    }
-  }
-
-  /** Model round 0 of ``config`` (already validated: ``normalized`` is the API's answer). */
-  async function run(config, normalized) {
+  /** Model round 0 of ``config`` (already validated). */
+  async function run(config) {
     reset();
     const waiting = h('p.muted', {}, 'Modeling round 0…');
     panel.append(waiting);
@@ -93,13 +68,8 @@ export function createPreflight(panel) {
       panel.dataset.state = 'modeled';
     } catch (error) {
       waiting.remove();
-      if (error.status === 404 || error.status === 405) {
-        renderSummary(normalized);
-        panel.dataset.state = 'summary';
-      } else {
-        panel.append(h('p.bad', {}, `Pre-flight failed: ${error.message}`));
-        panel.dataset.state = 'error';
-      }
+      panel.append(h('p.bad', {}, `Pre-flight failed: ${error.message}`));
+      panel.dataset.state = 'error';
     }
   }
 

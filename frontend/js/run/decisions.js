@@ -1,11 +1,14 @@
 // The DSSDA decision log: per round the objective and its terms, micro-batches M per cluster, solver
-// iterations, solve time and feasibility. Newest first, paged; live rounds join the first page.
+// iterations, solve time and feasibility (GET /api/runs/{id}/decisions). Newest first, paged; live
+// rounds join the first page.
 
 import { get } from '../api.js';
 import { h, clear } from '../dom.js';
 import { formatNumber, formatValue } from '../format.js';
 
-const PAGE = 12;
+/** Rounds on a page of the log. */
+export const DECISION_PAGE = 12;
+const PAGE = DECISION_PAGE;
 const TERMS = ['objective_latency', 'objective_convergence', 'objective_energy'];
 
 function row(item) {
@@ -41,31 +44,19 @@ export class DecisionLog {
       this.pager);
   }
 
-  /** Load the page ``offsetFromNewest`` rounds back from round ``lastRound`` (inclusive). */
-  async load(lastRound) {
+  /** Show the page ``offsetFromNewest`` rounds back from round ``lastRound`` (inclusive).
+   * ``items``: decision items (oldest first) covering that page's rounds, if the caller has them. */
+  async load(lastRound, items = null) {
     this.lastRound = lastRound;
     this.total = lastRound + 1;
     const to = lastRound - this.offsetFromNewest;
     const from = Math.max(0, to - PAGE + 1);
     if (to < 0) {
       this.render([]);
-      return null;
+      return;
     }
-    const [page, terms] = await Promise.all([
-      get(`/api/runs/${this.runId}/decisions`, { from, to, limit: PAGE }),
-      get(`/api/runs/${this.runId}/rounds`, { fields: TERMS, from, to, method: 'none' }),
-    ]);
-    const byRound = new Map();
-    for (const t of TERMS) {
-      const s = terms.series[t];
-      s.round.forEach((r, i) => {
-        if (!byRound.has(r)) byRound.set(r, {});
-        byRound.get(r)[t] = s.value[i];
-      });
-    }
-    const items = page.items.map((item) => ({ ...item, ...(byRound.get(item.round) || {}) })).reverse();
-    this.render(items);
-    return page.items.length ? page.items[page.items.length - 1] : null;
+    const page = items || (await get(`/api/runs/${this.runId}/decisions`, { from, to, limit: PAGE })).items;
+    this.render(page.filter((item) => item.round >= from && item.round <= to).reverse());
   }
 
   render(items) {

@@ -8,15 +8,17 @@
 // The CU and the edge server have measured figures only (the cost model has no record for them).
 // Measured times are this host's CPU (ranks share its cores); modeled times use the device profiles'
 // FLOP/s and link rates, so the time chart has a logarithmic axis. docs/distributed.md defines each
-// measured figure. Data: GET /api/runs/{id}/decisions (each item's `measured`) and /devices for the
-// modeled values of the round; live rounds carry both.
+// measured figure. Data: the decision log's items (GET /api/runs/{id}/decisions, each item's
+// `measured`) and the modeled values of the round, from the run view's history when it is the
+// newest round loaded, else from GET /api/runs/{id}/devices; live rounds carry both.
 
 import { get } from '../api.js';
 import { h, clear } from '../dom.js';
 import { axisFormat, formatNumber, formatValue } from '../format.js';
 import { PLOT_CONFIG, baseLayout, plotly, purge } from '../plot.js';
 
-const HISTORY_ROUNDS = 500; // the decision log API's page limit
+/** Rounds of measured figures loaded with the page: the decision log API's page limit. */
+export const MEASURED_ROUNDS = 500;
 const MODELED_METRICS = ['num_blocks', 'memory_bytes', 'compute_s', 'comm_s', 'idle_s'];
 
 const MEMORY_TRACES = [
@@ -88,31 +90,33 @@ export class MeasuredView {
     this.drawn = false;
   }
 
-  /** The measured figures of rounds <= ``lastRound`` ([{round, measured}], oldest first); draws the newest. */
-  async load(lastRound) {
-    if (lastRound < 0) return [];
-    const from = Math.max(0, lastRound - HISTORY_ROUNDS + 1);
-    const page = await get(`/api/runs/${this.runId}/decisions`, { from, to: lastRound, limit: HISTORY_ROUNDS });
-    const items = page.items.filter((item) => item.measured && Object.keys(item.measured).length)
+  /**
+   * The measured figures of the decision log items ``decisions`` (oldest first) as [{round,
+   * measured}]; draws the newest beside ``modeled``, the cost model's figures of the newest round
+   * loaded ({device_id: {metric: value}}, null if not at hand), or, for another round, the API's.
+   */
+  async load(decisions, modeled) {
+    const items = decisions.filter((item) => item.measured && Object.keys(item.measured).length)
       .map((item) => ({ round: item.round, measured: item.measured }));
     const newest = items[items.length - 1];
     if (newest) {
-      const modeled = await this.modeledRound(newest.round);
-      this.show(newest.round, newest.measured, modeled);
+      const last = decisions[decisions.length - 1];
+      const figures = modeled && newest.round === last.round ? modeled : await this.modeledRound(newest.round);
+      this.show(newest.round, newest.measured, figures);
     }
     return items;
   }
 
   /** The cost model's per-device figures of one stored round: {device_id: {metric: value}}. */
   async modeledRound(round) {
+    const data = await get(`/api/runs/${this.runId}/devices`, { metric: MODELED_METRICS, from: round, to: round, method: 'none' });
     const modeled = {};
-    await Promise.all(MODELED_METRICS.map((metric) => get(`/api/runs/${this.runId}/devices`, { metric, from: round, to: round, method: 'none' })
-      .then((data) => {
-        for (const [device, series] of Object.entries(data.series)) {
-          if (!modeled[device]) modeled[device] = {};
-          modeled[device][metric] = series.value[series.value.length - 1];
-        }
-      })));
+    for (const [metric, { series }] of Object.entries(data.metrics)) {
+      for (const [device, points] of Object.entries(series)) {
+        if (!modeled[device]) modeled[device] = {};
+        modeled[device][metric] = points.value[points.value.length - 1];
+      }
+    }
     return modeled;
   }
 

@@ -29,7 +29,7 @@ async function evalMetrics() {
   if (!evalCatalogue) {
     evalCatalogue = get('/api/config/metrics')
       .then((all) => all.filter((m) => m.scope === 'round' && m.name.startsWith('eval_') && m.name !== 'eval_loss'))
-      .catch(() => { evalCatalogue = null; return EVAL_PREFERENCE.filter((n) => n !== 'eval_loss').map((name) => ({ name, description: '' })); });
+      .catch((error) => { evalCatalogue = null; throw error; });
   }
   return evalCatalogue;
 }
@@ -181,7 +181,11 @@ export function mountCompare(main, { query }) {
     clear(results).append(renderTable(lastResult));
     exportButton.disabled = false;
     results.dataset.ready = 'true';
-    await renderCurves(lastResult);
+    try {
+      await renderCurves(lastResult);
+    } catch (error) {
+      results.append(h('p.bad', {}, `The curves failed to load: ${error.message}`));
+    }
   }
 
   compareButton.addEventListener('click', () => {

@@ -106,8 +106,8 @@ export function mountLaunch(main) {
     clearErrors(form, summary);
     const config = schemaForm.get();
     try {
-      const normalized = await post('/api/config/validate', config);
-      return { config, normalized };
+      await post('/api/config/validate', config);
+      return config;
     } catch (error) {
       showErrors(form, summary, error, { prefixes: PREFIXES });
       summary.focus();
@@ -119,9 +119,9 @@ export function mountLaunch(main) {
     if (!schemaForm) return;
     checkButton.disabled = true;
     status.textContent = 'Checking…';
-    const ok = await validate();
-    status.textContent = ok ? 'The config is valid.' : '';
-    if (ok) await preflight.run(ok.config, ok.normalized);
+    const config = await validate();
+    status.textContent = config ? 'The config is valid.' : '';
+    if (config) await preflight.run(config);
     checkButton.disabled = false;
   });
 

@@ -2,32 +2,34 @@
 // (distributed executor), segment allocation, the pipeline Gantt of a chosen round,
 // loss/eval/latency/objective curves and the decision log.
 //
-// Loading: the run's detail fixes R = rounds_done - 1; every history request asks for rounds <= R
-// (server-side downsampled), then the run's event stream (/api/runs/{id}/events) adds rounds > R.
-// Live rounds are buffered and drawn once per animation frame: charts on screen at once (one
-// extendTraces each), charts off screen when the browser is idle or when they scroll into view.
-// A big network (more than 16 devices) opens on cluster 0; other clusters load when chosen.
+// Loading, in six requests: the run's detail fixes R = rounds_done - 1 and the id of its latest live
+// event; the per-device series (one request for every metric), the round series and the decision
+// log are asked for rounds <= R (server-side downsampled), then the run's event stream
+// (/api/runs/{id}/events?after=<that id>) adds rounds > R; the tiles' exact figures (/api/compare)
+// and the Gantt of round R come last. Live rounds are buffered and drawn once per animation frame:
+// charts on screen at once (one extendTraces each), charts off screen when the browser is idle or
+// when they scroll into view. A big network (more than 16 devices) opens on cluster 0; other
+// clusters load when chosen.
 
 import { get } from '../api.js';
 import { h, clear, statusBadge, progressBar, uid } from '../dom.js';
 import { formatNumber, formatTime } from '../format.js';
 import { subscribe } from '../live.js';
 import { runActions } from '../run-actions.js';
-import { ownerName } from '../session.js';
-import { forgetRun } from '../run-info.js';
 import { nowUnixMs, recordDraw, recordView, stats } from '../stats.js';
 import { DEVICE_CHARTS, DEVICE_FIGURES, DeviceCharts, limitMetrics, seriesMetrics } from '../run/device-charts.js';
 import { RoundChart, roundChartsFor, roundFields } from '../run/round-charts.js';
 import { SegmentCharts } from '../run/segments.js';
 import { GanttView } from '../run/gantt.js';
-import { DecisionLog } from '../run/decisions.js';
+import { DECISION_PAGE, DecisionLog } from '../run/decisions.js';
 import { Tiles } from '../run/tiles.js';
-import { MeasuredView, isMeasuredRun } from '../run/measured.js';
+import { MEASURED_ROUNDS, MeasuredView, isMeasuredRun } from '../run/measured.js';
 
 const TERMINAL = ['succeeded', 'failed', 'cancelled'];
 const DEVICE_POINTS = 200; // per device and metric, downsampled by the API (LTTB)
 const ROUND_POINTS = 1000;
-const HEATMAP_POINTS = 150;
+// the segment heatmap's δ_k of every device: bucket means, so every device has the same columns
+const HEATMAP_SERIES = 'num_blocks:150:mean';
 const MANY_DEVICES = 16; // above this, the per-device charts open on one cluster
 const RECENT_ROUNDS = 1000; // live rounds kept to fill in devices loaded later
 const OFFSCREEN_MS = 2000;
@@ -38,6 +40,29 @@ function deviceIds(config) {
     for (let k = 0; k < config.network.devices_per_cluster; k += 1) ids.push(`c${n}-d${k}`);
   }
   return ids;
+}
+
+/**
+ * The cost model's figures of round ``round`` per device ({device_id: {metric: value}}) from the
+ * history loaded with the page, or null if it lacks one: an LTTB series (and a limit's two points)
+ * ends with the round it was asked up to, idle_s is asked with two points for this, and δ_k is the
+ * round's decision (the heatmap's last column is a mean).
+ */
+function modeledRound(history, decision, round) {
+  if (!decision || decision.round !== round) return null;
+  const modeled = {};
+  for (const cluster of decision.decision.clusters || []) {
+    for (const d of cluster.devices) modeled[d.device] = { num_blocks: d.num_blocks };
+  }
+  for (const metric of ['memory_bytes', 'compute_s', 'comm_s', 'idle_s']) {
+    for (const [device, figures] of Object.entries(modeled)) {
+      const series = history[metric]?.[device];
+      const last = series ? series.round.length - 1 : -1;
+      if (last < 0 || series.round[last] !== round) return null;
+      figures[metric] = series.value[last];
+    }
+  }
+  return modeled;
 }
 
 /** "llama causal_lm" (a Hugging Face family) or "builtin seq2seq". */
@@ -83,7 +108,6 @@ export function mountRun(main, { runId }) {
   main.append(head, meta, errorBox, body);
 
   function renderHead() {
-    forgetRun(run.id);
     clear(head).append(
       h('h1', {}, run.name), statusBadge(run.status), progressBar(run.rounds_done, run.total_rounds), liveNote,
       h('div.spacer'),
@@ -98,9 +122,8 @@ export function mountRun(main, { runId }) {
       `#${run.id} · policy ${run.policy} · V = ${formatNumber(s.V)} · ${n.num_clusters} clusters × ${n.devices_per_cluster} devices · `,
       `${modelLabel(run.config.model)} · ${run.config.model.num_blocks} TEBs · executor ${run.executor} · created ${formatTime(run.created_at)}`,
       run.parent_run_id ? [' · fork of ', h('a', { href: `#/runs/${run.parent_run_id}` }, `#${run.parent_run_id}`), ` at round ${run.fork_round}`] : '',
-      ' · owner ', h('span', { 'data-owner': '' }, '…'),
+      ' · owner ', h('span', { 'data-owner': '' }, run.owner_name ?? '—'),
     );
-    ownerName(run.owner_id).then((name) => { const el = meta.querySelector('[data-owner]'); if (el) el.textContent = name; });
     errorBox.hidden = !run.error;
     errorBox.textContent = run.error ? `Error: ${run.error}` : '';
   }
@@ -120,19 +143,23 @@ export function mountRun(main, { runId }) {
     return devices.length > MANY_DEVICES ? devices.filter((d) => d.startsWith('c0-')) : devices;
   }
 
-  async function deviceHistory(wanted, to) {
-    const history = {};
-    if (to < 0) return history;
+  /**
+   * The per-device series of rounds <= ``to`` of the devices ``wanted``, in one request:
+   * {metric: {device: {round, value}}}. ``extra``: more metric parameters (the first load's heatmap
+   * of every device and the measured view's idle_s).
+   */
+  async function deviceHistory(wanted, to, extra = []) {
+    if (to < 0) return {};
     const subset = wanted.length === devices.length ? {} : { device_id: wanted };
-    const requests = [
-      ...seriesMetrics().map((metric) => get(`/api/runs/${run.id}/devices`, { metric, max_points: DEVICE_POINTS, to, ...subset })
-        .then((data) => { history[metric] = data.series; })),
+    const metric = [
+      ...seriesMetrics(),
       // capacity and budget are constant per device: their first and last rounds say it all
-      ...limitMetrics().map((metric) => get(`/api/runs/${run.id}/devices`, { metric, max_points: 2, to, ...subset })
-        .then((data) => { history[metric] = data.series; })),
+      ...limitMetrics().map((m) => `${m}:2`),
+      ...extra,
     ];
-    await Promise.all(requests);
-    return history;
+    const everyDevice = extra.includes(HEATMAP_SERIES) && subset.device_id ? 'num_blocks' : undefined;
+    const data = await get(`/api/runs/${run.id}/devices`, { metric, max_points: DEVICE_POINTS, to, ...subset, all_devices: everyDevice });
+    return Object.fromEntries(Object.entries(data.metrics).map(([name, m]) => [name, m.series]));
   }
 
   async function showDevices(wanted) {
@@ -212,17 +239,21 @@ export function mountRun(main, { runId }) {
 
   async function loadHistory(initial) {
     const R = run.rounds_done - 1;
-    const range = { to: R };
     const empty = R < 0;
     loaded.clear();
     initial.forEach((d) => loaded.add(d));
-    const [history, rounds, heat, latestDecision, measured] = await Promise.all([
-      deviceHistory(initial, R),
-      empty ? { series: {} } : get(`/api/runs/${run.id}/rounds`, { fields: roundFields(parts.round.map((c) => c.def)), max_points: ROUND_POINTS, ...range }),
-      empty ? { series: {} } : get(`/api/runs/${run.id}/devices`, { metric: 'num_blocks', max_points: HEATMAP_POINTS, method: 'mean', ...range }),
-      parts.decisions.load(R),
-      parts.measured ? parts.measured.load(R) : [],
+    // the decision log's page, and for a measured run every round the measured view draws
+    const decisionRounds = parts.measured ? MEASURED_ROUNDS : DECISION_PAGE;
+    const [history, rounds, decisionItems] = await Promise.all([
+      deviceHistory(initial, R, [HEATMAP_SERIES, ...(parts.measured ? ['idle_s:2'] : [])]),
+      empty ? { series: {} } : get(`/api/runs/${run.id}/rounds`, { fields: roundFields(parts.round.map((c) => c.def)), max_points: ROUND_POINTS, to: R }),
+      empty ? [] : get(`/api/runs/${run.id}/decisions`, { from: Math.max(0, R - decisionRounds + 1), to: R, limit: decisionRounds })
+        .then((page) => page.items),
     ]);
+    if (closed) return;
+    const latestDecision = decisionItems.length ? decisionItems[decisionItems.length - 1] : null;
+    await parts.decisions.load(R, decisionItems);
+    const measured = parts.measured ? await parts.measured.load(decisionItems, modeledRound(history, latestDecision, R)) : [];
     if (closed) return;
     const fetched = performance.now();
     // one chart per task: the page keeps answering input while a big run draws
@@ -235,7 +266,7 @@ export function mountRun(main, { runId }) {
       chart.draw(rounds.series);
       await nextFrame();
     }
-    parts.segments.draw(heat.series);
+    parts.segments.draw(history.num_blocks || {});
     if (latestDecision) parts.segments.showDecision(latestDecision);
     wireClicks();
     recordView('run', { runId: run.id, fetchMs: fetched - started, readyMs: performance.now() - started, rounds: run.rounds_done, devices: devices.length });
@@ -314,7 +345,7 @@ export function mountRun(main, { runId }) {
 
   function onRound(data, id) {
     const round = data.round && data.round.round;
-    if (!Number.isInteger(round) || round <= lastRound) return; // already drawn from the history
+    if (!Number.isInteger(round) || round <= lastRound) return; // already drawn (history or stream)
     lastRound = round;
     data.eventId = id;
     data.receivedUnixMs = nowUnixMs();
@@ -338,7 +369,10 @@ export function mountRun(main, { runId }) {
   function connect() {
     if (TERMINAL.includes(run.status)) return;
     liveNote.textContent = 'connecting…';
-    unsubscribe = subscribe(`/api/runs/${run.id}/events`, { round: onRound, status: onStatus }, {
+    // the events after those of the rounds the detail counted (rounds > R); onRound still drops any
+    // round the page has drawn (by round index), whatever the stream sends
+    const after = encodeURIComponent(run.last_event_id);
+    unsubscribe = subscribe(`/api/runs/${run.id}/events?after=${after}`, { round: onRound, status: onStatus }, {
       onOpen: () => { liveNote.textContent = '● live'; },
       onError: (state) => {
         if (state === EventSource.CLOSED || TERMINAL.includes(run.status)) liveNote.textContent = '';

@@ -1,16 +1,17 @@
 // Runs list: status, progress, policy, V, clusters × devices, current round, latest latency and eval
-// metric, owner; filter and search; live from the status stream (GET /api/runs/events), with a light
-// refresh of progress while runs are active (the status stream carries status changes, not rounds).
+// metric, owner — all from one GET /api/runs per page; filter and search; live from the status
+// stream (GET /api/runs/events), with a light refresh of the page while runs are active (the status
+// stream carries status changes, not rounds).
 
 import { get } from '../api.js';
 import { h, clear, statusBadge, progressBar, uid } from '../dom.js';
 import { formatValue, formatNumber, formatTime } from '../format.js';
 import { subscribe } from '../live.js';
 import { runActions } from '../run-actions.js';
-import { can, ownerName, user } from '../session.js';
-import { latestMetrics, runDetail } from '../run-info.js';
+import { can, user } from '../session.js';
+import { listedEval } from '../run-info.js';
 
-const PAGE = 25;
+const PAGE = 50;
 const POLL_MS = 2500;
 const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'];
 
@@ -72,12 +73,12 @@ export function mountRuns(main, { query }) {
       status: h('td', {}, statusBadge(run.status)),
       progress: h('td', {}, progressBar(run.rounds_done, run.total_rounds)),
       policy: h('td', {}, run.policy),
-      V: h('td.num', {}, '…'),
-      shape: h('td', {}, '…'),
+      V: h('td.num', {}, formatNumber(run.V)),
+      shape: h('td', {}, `${run.num_clusters} × ${run.devices_per_cluster}`),
       round: h('td.num', {}, currentRound(run)),
       latency: h('td.num', {}, '—'),
       evalCell: h('td.num', {}, '—'),
-      owner: h('td', {}, '…'),
+      owner: h('td', {}, run.owner_name ?? '—'),
       created: h('td.small.nowrap', {}, formatTime(run.created_at)),
       actions: h('td', {}),
     };
@@ -90,53 +91,24 @@ export function mountRuns(main, { query }) {
       cells.round, cells.latency, cells.evalCell, cells.owner, cells.created, cells.actions);
     const row = { tr, cells, run };
     rows.set(run.id, row);
-    fillStatic(row);
     updateRow(row, run);
     return tr;
   }
 
-  async function fillStatic(row) {
-    const { cells, run } = row;
-    ownerName(run.owner_id).then((name) => { cells.owner.textContent = name; });
-    try {
-      const detail = await runDetail(run.id);
-      const s = detail.config.scheduler || {};
-      const n = detail.config.network || {};
-      cells.V.textContent = formatNumber(s.V);
-      cells.shape.textContent = `${n.num_clusters} × ${n.devices_per_cluster}`;
-    } catch {
-      cells.V.textContent = '?';
-      cells.shape.textContent = '?';
-    }
-  }
-
-  async function refreshMetrics(row) {
-    const { run, cells } = row;
-    if (run.rounds_done === 0) return;
-    try {
-      const m = await latestMetrics(run.id, run.rounds_done);
-      if (closed || row.run.rounds_done !== run.rounds_done) return;
-      cells.latency.textContent = formatValue(m.latency_s, 's');
-      cells.evalCell.textContent = m.evalName ? `${formatNumber(m.evalValue)}` : '—';
-      cells.evalCell.title = m.evalName || '';
-      if (m.evalName) cells.evalCell.append(h('div.small.muted', {}, m.evalName.replace('eval_', '')));
-    } catch {
-      /* the figures stay as they were */
-    }
-  }
-
+  /** ``run``: a listed run, or the fields a status event changes (the latest figures come with the
+   * next listing). */
   function updateRow(row, run) {
-    const previous = row.run;
-    row.run = { ...previous, ...run };
+    row.run = { ...row.run, ...run };
     const { cells } = row;
     clear(cells.status).append(statusBadge(row.run.status));
     clear(cells.progress).append(progressBar(row.run.rounds_done, row.run.total_rounds));
     cells.round.textContent = currentRound(row.run);
+    cells.latency.textContent = formatValue(row.run.latest_latency_s, 's');
+    const figure = listedEval(row.run);
+    clear(cells.evalCell).append(figure ? formatNumber(figure.value) : '—');
+    cells.evalCell.title = figure ? `${figure.name}, round ${figure.round}` : '';
+    if (figure) cells.evalCell.append(h('div.small.muted', {}, figure.name.replace('eval_', '')));
     clear(cells.actions).append(runActions(row.run, { onChanged: scheduleReload }));
-    if (previous.rounds_done !== row.run.rounds_done || !row.metricsLoaded) {
-      row.metricsLoaded = true;
-      refreshMetrics(row);
-    }
   }
 
   function renderPager() {

@@ -20,7 +20,8 @@ from backend.db.models import Run
 from backend.live.channel import ROUND
 from backend.live.outbox import OutboxChannel
 from backend.runtime import repository as repo
-from backend.runtime.wake import NoWake, PollWaiter, RedisWake, RedisWakeListener, Waiter, Wake
+from backend.runtime.redis_wake import RedisWake, RedisWakeListener
+from backend.runtime.wake import NoWake, PollWaiter, Waiter, Wake
 from backend.settings import Settings
 from tests.backend.builders import insert_run
 from tests.backend.live.channel_contract import CHECKS, Publish

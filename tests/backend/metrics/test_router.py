@@ -53,22 +53,78 @@ def test_round_series_range_and_downsampling(api: Api, run_id: int) -> None:
     assert unknown.status_code == 422 and "latency_s" in unknown.json()["error"]["message"]
 
 
-def test_device_series_by_device_and_cluster(api: Api, run_id: int) -> None:
+def test_device_series_of_several_metrics_in_one_request(api: Api, run_id: int) -> None:
     viewer = api.as_("viewer")
-    body = api.client.get(f"/api/runs/{run_id}/devices", params={"metric": "energy_j"}, headers=viewer).json()
-    assert body["unit"] == "J" and sorted(body["series"]) == [
-        f"c{n}-d{k}" for n in range(2) for k in range(3)
-    ]
+    params = {"metric": ["energy_j", "energy_budget_j:2", "num_blocks:5:mean"], "max_points": 4}
+    body = api.client.get(f"/api/runs/{run_id}/devices", params=params, headers=viewer).json()
+    assert list(body["metrics"]) == ["energy_j", "energy_budget_j", "num_blocks"]
+    devices = [f"c{n}-d{k}" for n in range(2) for k in range(3)]
+    energy, budget, blocks = (body["metrics"][m] for m in ("energy_j", "energy_budget_j", "num_blocks"))
+    assert (energy["unit"], energy["method"], energy["max_points"]) == ("J", "lttb", 4)
+    assert sorted(energy["series"]) == devices
+    assert all(
+        s["round"][0] == 0 and s["round"][-1] == 11 and len(s["round"]) == 4
+        for s in energy["series"].values()
+    )
+    assert (budget["max_points"], [s["round"] for s in budget["series"].values()]) == (2, [[0, 11]] * 6)
+    assert blocks["method"] == "mean" and len(blocks["series"]["c1-d0"]["round"]) == 5
+    # the same values as the run's stored device rows
+    full = api.client.get(
+        f"/api/runs/{run_id}/devices", params={"metric": "energy_j", "method": "none"}, headers=viewer
+    ).json()["metrics"]["energy_j"]["series"]
+    assert all(len(s["value"]) == 12 for s in full.values())
+    for device, series in energy["series"].items():
+        assert series["value"][-1] == full[device]["value"][-1]
     one = api.client.get(
         f"/api/runs/{run_id}/devices",
-        params={"metric": "num_blocks", "cluster": 1, "device_id": "c1-d0"},
+        params={"metric": "num_blocks", "cluster": 1, "device_id": "c1-d0", "from": 2, "to": 4},
         headers=viewer,
-    ).json()
-    assert list(one["series"]) == ["c1-d0"] and one["series"]["c1-d0"]["value"] == [2.0] * 12
-    assert (
-        api.client.get(f"/api/runs/{run_id}/devices", params={"metric": "x"}, headers=viewer).status_code
-        == 422
-    )
+    ).json()["metrics"]["num_blocks"]["series"]
+    assert one == {"c1-d0": {"round": [2.0, 3.0, 4.0], "value": [2.0] * 3}}
+    # one cluster's charts beside a heatmap of every device
+    params = {"metric": ["energy_j", "num_blocks:5:mean"], "cluster": 1, "all_devices": "num_blocks"}
+    mixed = api.client.get(f"/api/runs/{run_id}/devices", params=params, headers=viewer).json()["metrics"]
+    assert sorted(mixed["energy_j"]["series"]) == ["c1-d0", "c1-d1", "c1-d2"]
+    assert sorted(mixed["num_blocks"]["series"]) == devices
+
+
+BAD_METRICS = [
+    (["x"], "unknown metric 'x'"),
+    (["record"], "unknown metric 'record'"),  # a column of the table, not a device metric
+    (["energy_j", "energy_j:10"], "energy_j asked more than once"),
+    (["energy_j:1"], "max_points must be a whole number from 2 to 100000"),
+    (["energy_j:200:fast"], "method must be one of lttb, minmax, mean, none"),
+]
+HOSTILE = [
+    {},  # no metric
+    {"metric": ["energy_j"] * 13},  # more metrics than there are
+    {"metric": "energy_j;DROP TABLE runs"},
+    {"metric": "energy_j:99999999"},
+    {"metric": "x" * 65},
+    {"metric": "energy_j", "max_points": 1},
+    {"metric": "energy_j", "device_id": ["c0-d0"] * 1001},
+    {"metric": "energy_j", "all_devices": "x" * 65},
+]
+
+
+def test_device_series_refuses_bad_and_hostile_parameters(api: Api) -> None:
+    viewer = api.as_("viewer")
+    for metric, problem in BAD_METRICS:
+        response = api.client.get("/api/runs/1/devices", params={"metric": metric}, headers=viewer)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert problem in error["message"] and "energy_budget_j" in error["message"]  # names the choices
+        assert error["details"][-1] == {"field": "metric", "value": metric[-1], "message": problem}
+    for params in HOSTILE:
+        response = api.client.get("/api/runs/1/devices", params=params, headers=viewer)
+        assert response.status_code == 422, (params, response.text)
+    params = {"metric": "energy_j", "all_devices": "queue"}
+    unasked = api.client.get("/api/runs/1/devices", params=params, headers=viewer)
+    assert unasked.status_code == 422 and unasked.json()["error"]["details"] == [
+        {"field": "all_devices", "value": "queue", "message": "not one of the metrics asked (metric)"}
+    ]
+    missing = api.client.get("/api/runs/999/devices", params={"metric": "queue"}, headers=viewer)
+    assert missing.status_code == 404
 
 
 def test_decision_log_pages(api: Api, run_id: int) -> None:
@@ -78,6 +134,12 @@ def test_decision_log_pages(api: Api, run_id: int) -> None:
     assert body["total"] == 12 and [d["round"] for d in body["items"]] == [5, 6, 7, 8, 9]
     first = body["items"][0]
     assert first["policy"] == "uniform" and len(first["decision"]["clusters"]) == 2
+    # the objective's terms, as the round series has them
+    terms = ["objective_latency", "objective_convergence", "objective_energy"]
+    series = api.client.get(
+        f"/api/runs/{run_id}/rounds", params={"fields": terms, "from": 5, "to": 5}, headers=api.as_("viewer")
+    ).json()["series"]
+    assert [first[t] for t in terms] == [series[t]["value"][0] for t in terms]
 
 
 def test_timeline_rebuilds_a_rounds_gantt(api: Api, run_id: int) -> None:

@@ -181,7 +181,16 @@ def test_release_and_fail_orphan_need_the_claimants_token(session_factory: Facto
 def test_api_side_transitions_write_their_events_in_the_callers_transaction(session_factory: Factory) -> None:
     wakes = Wakes()
     with session_factory() as session:
-        run = Run(name="r", config=tiny_config(), total_rounds=5, policy="uniform", executor="analytic")
+        run = Run(
+            name="r",
+            config=tiny_config(),
+            total_rounds=5,
+            policy="uniform",
+            executor="analytic",
+            V=1.0,
+            num_clusters=2,
+            devices_per_cluster=3,
+        )
         lifecycle.create(session, run, wakes)
         run_id = run.id
         session.rollback()  # the request failed after create: nothing of it stays

@@ -1,0 +1,92 @@
+"""The runs list: a page of 50 runs, with every column, from one request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import expect
+from sqlalchemy import delete, select
+
+from backend.db.engine import make_engine, make_session_factory
+from backend.db.models import RoundMetric, Run, User
+from tests.e2e.configs import tiny
+from tests.e2e.conftest import Login, counted_api_requests, screenshot
+from tests.e2e.server import USERNAMES, Server
+
+pytestmark = pytest.mark.e2e
+
+LISTED = 50
+
+
+@pytest.fixture
+def listed_runs(server: Server) -> Iterator[list[int]]:
+    """50 finished runs of the operator, stored as a finished run leaves its rows; the newest first.
+    Every other one was evaluated in its last round."""
+    engine = make_engine(server.database_url)
+    factory = make_session_factory(engine)
+    ids: list[int] = []
+    try:
+        with factory() as session:
+            owner = session.scalar(select(User.id).where(User.username == USERNAMES["operator"]))
+            for n in range(LISTED):
+                config = tiny(rounds=4, executor="analytic", V=float(n + 1))
+                run = Run(
+                    name=f"listed {n}",
+                    config=config,
+                    status="succeeded",
+                    owner_id=owner,
+                    rounds_done=4,
+                    total_rounds=4,
+                    policy="uniform",
+                    executor="analytic",
+                    V=float(n + 1),
+                    num_clusters=config["network"]["num_clusters"],
+                    devices_per_cluster=config["network"]["devices_per_cluster"],
+                )
+                session.add(run)
+                session.flush()
+                evaluated = n % 2 == 0
+                record = {"round": 3, "eval_metrics": {"eval_accuracy": 0.5} if evaluated else {}}
+                session.add(
+                    RoundMetric(
+                        run_id=run.id,
+                        round=3,
+                        record=record,
+                        latency_s=0.25,
+                        objective=1.0,
+                        eval_loss=0.75 if evaluated else None,
+                    )
+                )
+                ids.append(run.id)
+            session.commit()
+        yield ids[::-1]
+    finally:
+        with factory() as session:
+            session.execute(delete(Run).where(Run.id.in_(ids)))
+            session.commit()
+        engine.dispose()
+
+
+def test_a_page_of_50_runs_is_one_request(login: Login, server: Server, listed_runs: list[int]) -> None:
+    page = login("viewer")
+    requests = counted_api_requests(page)
+    page.reload()  # the runs list, loaded from scratch
+    rows = page.locator("tbody tr[data-run-id]")
+    expect(rows).to_have_count(LISTED)
+    page.wait_for_load_state("networkidle")
+    assert len(requests) <= 3, requests
+    newest, oldest = (
+        page.locator(f"tr[data-run-id='{run_id}'] td") for run_id in (listed_runs[0], listed_runs[-1])
+    )
+    # select, run, status, progress, policy, V, clusters × devices, round, latency, eval, owner
+    expect(newest.nth(5)).to_have_text("50")
+    expect(newest.nth(6)).to_have_text("2 × 4")
+    expect(newest.nth(7)).to_have_text("3")
+    expect(newest.nth(8)).to_have_text("250 ms")
+    expect(newest.nth(9)).to_have_text("—")  # not evaluated
+    expect(newest.nth(10)).to_have_text("otto")
+    expect(oldest.nth(5)).to_have_text("1")
+    expect(oldest.nth(9)).to_contain_text("0.5")  # its eval_accuracy
+    expect(oldest.nth(9)).to_contain_text("accuracy")
+    screenshot(page, "runs-list-50")
