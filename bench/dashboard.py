@@ -1,31 +1,36 @@
 """The dashboard measured in a real headless Chromium (a benchmark, not a test); prints one JSON object.
 
-Per stack — the embedded default (SQLite, DB-tailing live stream, local executor) and, when
-PostgreSQL, Redis and the workers package answer, the production one (PostgreSQL, Redis Streams,
-Celery) — served by a real API process on loopback:
+Per stack — the embedded default (SQLite, outbox polled by the API, local executor) and, when
+PostgreSQL and Redis answer, the production one (PostgreSQL, Celery worker, Redis wake-ups) — served
+by a real API process on loopback:
 
-- ``live_draw_latency_ms``: from a round's publication by the worker to its point drawn on the run
-  view's charts, over ``--events`` rounds of a 10 × 5-device network (~29 KB each) at one round per
-  ``--interval`` s. The bench plays the worker in another process: every round goes through the
-  backend's ``SqlRoundSink`` (one fenced transaction, then the publish — what ``execute_run`` does)
-  on the stack's live channel, wrapped so that the event carries ``published_unix_ms``, the wall
-  clock just before ``publish``. The page records, for each round it draws, the wall clock
+- ``live_draw_latency_ms``: from a round's commit by the worker to its point drawn on the run view's
+  charts, over ``--events`` rounds of a 10 × 5-device network (~29 KB each) at one round per
+  ``--interval`` s. The bench plays the worker in another process: every round goes through
+  ``lifecycle.record_round`` (one fenced transaction with its outbox event, then the stack's wake-up —
+  what ``execute_run`` does), and the wall clock is noted right after each commit (the wake-up is
+  called then). The page records, for each round it draws, the wall clock
   (``performance.timeOrigin + performance.now()``) right after ``Plotly.extendTraces`` returned for
   every chart on screen (off-screen charts catch up later and are not counted). Same host, same
-  clock. Goal: p99 <= 100 ms. Also split: publication to receipt (the stream), receipt to the start
+  clock. Goal: p99 <= 100 ms. Also split: commit to receipt (the stream), receipt to the start
   of the animation frame that draws it, and that frame's redraw.
 - ``live_draw_latency_real_worker_ms``: the same, for an analytic run executed by the stack's own
-  executor (the local runner's child process, or a Celery worker), measured from the publication
-  time the channel itself records: ``run_events.created_at`` (embedded: the row is the event) or
-  the Redis stream id (milliseconds of the Redis clock at XADD).
+  executor (the local runner's child process, or a Celery worker process), measured from
+  ``run_events.created_at``: the worker's wall clock as it appends the round's event, the last
+  write of the round's transaction (a few ms before its commit). Goal: p99 <= 100 ms via Redis.
 - ``render_1000x50``: a finished run of 1,000 rounds × 50 devices, stored directly through the
   backend's ``insert_round``; time from navigating to the run (app loaded) until every chart is
   drawn and painted, over ``--repeat`` visits, the longest main-thread task during those visits
   (``longtask`` entries: what a user would feel as a freeze), and a cold load of the page (plotly.js
   parsed, login checked) to the same point. Goal: <= 2 s.
 
-    .venv/bin/python bench/dashboard.py [--events 300] [--interval 0.05] [--repeat 3]
+    .venv/bin/python bench/dashboard.py [--events 300] [--interval 0.05] [--real-rounds 120] [--repeat 3]
         [--stacks embedded,redis]
+
+Against another revision, both in one run (bench/compare_revisions.py: the figures side by side,
+their ratios and the goals):
+
+    .venv/bin/python bench/compare_revisions.py 31130a8 --bench dashboard -- --stacks redis
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -54,10 +59,12 @@ from sqlalchemy import select  # noqa: E402
 from backend.db.base import utcnow  # noqa: E402
 from backend.db.engine import make_engine, make_session_factory  # noqa: E402
 from backend.db.models import Run, RunEvent  # noqa: E402
-from backend.live.channel import ROUND, STATUS, LiveChannel, LiveEvent, status_payload  # noqa: E402
+from backend.live.channel import ROUND  # noqa: E402
 from backend.metrics.ingest_repository import insert_round  # noqa: E402
-from backend.runs import lease_repository as leases  # noqa: E402
-from backend.runs.sink import SqlRoundSink  # noqa: E402
+from backend.runtime import lifecycle  # noqa: E402
+from backend.runtime.lifecycle import Lease, RunStore  # noqa: E402
+from backend.runtime.redis_wake import RedisWake  # noqa: E402
+from backend.runtime.wake import NoWake, Wake  # noqa: E402
 from collapipe_core import api  # noqa: E402
 from collapipe_core.records import RoundResult  # noqa: E402
 from collapipe_core.runner import Runner  # noqa: E402
@@ -115,6 +122,9 @@ def add_run(database_url: str, config: dict[str, Any], rounds: int, status: str)
             rounds_done=0,
             policy=config["scheduler"]["policy"],
             executor="analytic",
+            V=config["scheduler"]["V"],
+            num_clusters=config["network"]["num_clusters"],
+            devices_per_cluster=config["network"]["devices_per_cluster"],
             lease_owner=CLAIMANT if status == "running" else None,
             lease_expires_at=utcnow() + timedelta(hours=1) if status == "running" else None,
             started_at=utcnow(),
@@ -146,35 +156,18 @@ def store_finished_run(database_url: str, config: dict[str, Any], results: list[
 # -- the bench as the worker -----------------------------------------------------------------------
 
 
-class StampingChannel:
-    """A LiveChannel that stamps ``published_unix_ms`` (wall clock) into round events at publish."""
+class StampingWake:
+    """The stack's wake-up, first noting the wall clock (ms) at which each round's transaction
+    committed: ``record_round`` calls ``notify(round_index)`` right after its commit."""
 
-    def __init__(self, inner: LiveChannel) -> None:
+    def __init__(self, inner: Wake) -> None:
         self.inner = inner
+        self.committed_unix_ms: dict[int, float] = {}
 
-    def publish(self, run_id: int, kind: str, data: Mapping[str, Any]) -> str:
-        if kind == ROUND:
-            data = {**data, "published_unix_ms": time.time_ns() / 1e6}
-        return self.inner.publish(run_id, kind, data)
-
-    async def read(self, run_id: int | None, after: str | None, block_s: float) -> list[LiveEvent]:
-        return await self.inner.read(run_id, after, block_s)
-
-    async def head(self, run_id: int | None) -> str:
-        return await self.inner.head(run_id)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def _channel(database_url: str, redis: tuple[str, str] | None) -> LiveChannel:
-    if redis is not None:
-        from workers.redis_channel import RedisStreamChannel
-
-        return RedisStreamChannel(redis[0], prefix=redis[1])
-    from backend.live.db_channel import DbEventChannel
-
-    return DbEventChannel(make_session_factory(make_engine(database_url)))
+    def notify(self, key: object) -> None:
+        if isinstance(key, int):
+            self.committed_unix_ms[key] = time.time_ns() / 1e6
+        self.inner.notify(key)
 
 
 def publisher(
@@ -183,21 +176,23 @@ def publisher(
     run_id: int,
     payloads: list[dict[str, Any]],
     interval_s: float,
+    stamps: Any,
 ) -> None:
-    """Another process, as a worker: store and publish each round on schedule, then finish the run."""
-    channel = StampingChannel(_channel(database_url, redis))
+    """Another process, as a worker: record each round on schedule, finish the run, then put the
+    commit times (round index -> wall clock ms) on the ``stamps`` queue."""
+    inner: Wake = RedisWake(redis[0], redis[1]) if redis is not None else NoWake()
+    wake = StampingWake(inner)
     engine = make_engine(database_url)
-    factory = make_session_factory(engine)
-    sink = SqlRoundSink(factory, run_id, CLAIMANT, channel, lease_s=3600)
+    store = RunStore(make_session_factory(engine), wake)
+    lease = Lease(run_id, CLAIMANT, 3600.0)
     start = time.monotonic()
     for n, payload in enumerate(payloads):
         time.sleep(max(0.0, start + n * interval_s - time.monotonic()))
-        sink.write_round(RoundResult.from_json(payload))
-    with factory() as session:
-        leases.finish_run(session, run_id, CLAIMANT, "succeeded", None, utcnow())
-        session.commit()
-    channel.publish(run_id, STATUS, status_payload(run_id, "succeeded", len(payloads), len(payloads), None))
-    channel.close()
+        lifecycle.record_round(store, lease, RoundResult.from_json(payload))
+    lifecycle.finish(store, lease, "succeeded", None)
+    stamps.put(wake.committed_unix_ms)
+    if isinstance(inner, RedisWake):
+        inner.close()
     engine.dispose()
 
 
@@ -257,13 +252,22 @@ def measure_live_stamped(
     )
     context = multiprocessing.get_context("spawn")
     payloads = [r.to_json() for r in results]
-    process = context.Process(target=publisher, args=(database_url, redis, run_id, payloads, args.interval))
+    stamps = context.Queue()
+    process = context.Process(
+        target=publisher, args=(database_url, redis, run_id, payloads, args.interval, stamps)
+    )
+    load_before = round(os.getloadavg()[0], 2)
     process.start()
     try:
         draws = wait_for_draws(page, run_id, args.events, timeout_s=args.events * args.interval + 60)
+        committed: dict[int, float] = stamps.get(timeout=60)
     finally:
         process.join(timeout=60)
-    stamped = [d for d in draws if d["publishedUnixMs"] is not None][WARMUP_EVENTS:]
+    stamped = [
+        {**d, "committedUnixMs": committed[d["round"]]}
+        for d in sorted(draws, key=lambda d: d["round"])
+        if d["round"] in committed
+    ][WARMUP_EVENTS:]
     flushes = page.evaluate("window.collapipeStats.flushes")
     page.context.close()
     return {
@@ -271,8 +275,9 @@ def measure_live_stamped(
         "interval_s": args.interval,
         "devices": NUM_CLUSTERS * DEVICES_PER_CLUSTER,
         "flushes": flushes,
-        **percentiles([d["drawnUnixMs"] - d["publishedUnixMs"] for d in stamped]),
-        "publish_to_received": percentiles([d["receivedUnixMs"] - d["publishedUnixMs"] for d in stamped]),
+        "load_average": load_before,
+        **percentiles([d["drawnUnixMs"] - d["committedUnixMs"] for d in stamped]),
+        "commit_to_received": percentiles([d["receivedUnixMs"] - d["committedUnixMs"] for d in stamped]),
         "received_to_drawn": percentiles([d["drawnUnixMs"] - d["receivedUnixMs"] for d in stamped]),
         # received_to_drawn split: waiting for the frame (and for whatever task runs before it), then
         # the frame's own redraw of the charts on screen
@@ -281,7 +286,8 @@ def measure_live_stamped(
     }
 
 
-def _published_ms_embedded(database_url: str, run_id: int) -> dict[str, float]:
+def _appended_unix_ms(database_url: str, run_id: int) -> dict[str, float]:
+    """Event id -> ``run_events.created_at`` (ms) of the run's round events."""
     engine = make_engine(database_url)
     with make_session_factory(engine)() as session:
         rows = session.execute(
@@ -291,27 +297,29 @@ def _published_ms_embedded(database_url: str, run_id: int) -> dict[str, float]:
     return {str(event_id): created.timestamp() * 1000 for event_id, created in rows}
 
 
-def measure_live_real_worker(
-    browser: Browser, server: Server, redis: tuple[str, str] | None, rounds: int
-) -> dict[str, Any]:
-    """An analytic run executed by the stack itself; publication time from the channel's own record."""
+def measure_live_real_worker(browser: Browser, server: Server, rounds: int) -> dict[str, Any]:
+    """An analytic run executed by the stack itself; from each round event's ``created_at``."""
     config = network_config(rounds)
     page = signed_in_page(browser, server.url)
     with server.client() as client:
         created = client.post("/api/runs", json={"config": config, "name": "bench real worker"})
         assert created.status_code == 201, created.text
         run_id = created.json()["id"]
+    load_before = round(os.getloadavg()[0], 2)
     open_run(page, server.url, run_id)
     draws = wait_for_draws(page, run_id, rounds, timeout_s=180)
     page.context.close()
-    if redis is None:
-        published = _published_ms_embedded(server.database_url, run_id)
-        latencies = [d["drawnUnixMs"] - published[d["eventId"]] for d in draws if d["eventId"] in published]
-        source = "run_events.created_at"
-    else:
-        latencies = [d["drawnUnixMs"] - float(d["eventId"].split("-")[0]) for d in draws]
-        source = "Redis stream id (ms)"
-    return {"rounds": rounds, "published_at": source, **percentiles(latencies[WARMUP_EVENTS:])}
+    appended = _appended_unix_ms(server.database_url, run_id)
+    ordered = sorted((d for d in draws if d["eventId"] in appended), key=lambda d: d["round"])
+    stamped = [{**d, "appendedUnixMs": appended[d["eventId"]]} for d in ordered][WARMUP_EVENTS:]
+    return {
+        "rounds": rounds,
+        "published_at": "run_events.created_at",
+        "load_average": load_before,
+        **percentiles([d["drawnUnixMs"] - d["appendedUnixMs"] for d in stamped]),
+        "appended_to_received": percentiles([d["receivedUnixMs"] - d["appendedUnixMs"] for d in stamped]),
+        "received_to_drawn": percentiles([d["drawnUnixMs"] - d["receivedUnixMs"] for d in stamped]),
+    }
 
 
 RENDER_SCRIPT = """async (runId) => {
@@ -377,9 +385,7 @@ def measure_stack(
     render_run = store_finished_run(server.database_url, config, results)
     return {
         "live_draw_latency_ms": measure_live_stamped(browser, server.url, server.database_url, redis, args),
-        "live_draw_latency_real_worker_ms": measure_live_real_worker(
-            browser, server, redis, args.real_rounds
-        ),
+        "live_draw_latency_real_worker_ms": measure_live_real_worker(browser, server, args.real_rounds),
         "render_1000x50": measure_render(browser, server.url, render_run, args.repeat),
     }
 
@@ -405,9 +411,8 @@ def production_stack(root: Path) -> Iterator[tuple[Server, tuple[str, str]]]:
             "COLLAPIPE_REDIS_URL": redis_url,
             "COLLAPIPE_REDIS_KEY_PREFIX": prefix,
             "COLLAPIPE_EXECUTOR": "celery",
-            "COLLAPIPE_DISPATCHER_FACTORY": "workers.executor:make_dispatcher",
-            "COLLAPIPE_CHANNEL_FACTORY": "workers.redis_channel:make_channel",
             "COLLAPIPE_ARTIFACT_DIR": str(root / "artifacts"),
+            "COLLAPIPE_DATA_DIR": str(root / "data"),
             "COLLAPIPE_THREADS_PER_RUN": "1",
             "COLLAPIPE_SSE_HEARTBEAT_S": "5",
             "OMP_NUM_THREADS": "1",
@@ -418,7 +423,12 @@ def production_stack(root: Path) -> Iterator[tuple[Server, tuple[str, str]]]:
             api_process = processes.start_api(port)
             processes.start_worker(concurrency=1)
             server = Server(
-                f"http://127.0.0.1:{port}", token, api_process.process, api_process.log_path, database_url
+                f"http://127.0.0.1:{port}",
+                token,
+                api_process.process,
+                api_process.log_path,
+                database_url,
+                root / "data",
             )
             create_users(server)
             yield server, (redis_url, prefix)
@@ -432,7 +442,6 @@ def production_unavailable() -> str | None:
         import psycopg
         import redis
 
-        import workers.redis_channel  # noqa: F401
         from tests.workers.services import PG_ADMIN_URL
 
         redis.Redis.from_url(f"redis://127.0.0.1:6379/{REDIS_DB}").ping()
