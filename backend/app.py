@@ -38,6 +38,7 @@ from backend.preflight import PreflightProcess
 from backend.runs.router import router as runs_router
 from backend.runtime.dispatch import RunDispatcher
 from backend.settings import Settings
+from backend.studies.router import router as studies_router
 from backend.users.router import admin_router, auth_router
 
 FRONTEND_DIR = Path(__file__).resolve().parents[1] / "frontend"
@@ -95,6 +96,7 @@ def create_app(
         live_router,  # before runs: /api/runs/events must not match /api/runs/{run_id}
         runs_router,
         metrics_router,
+        studies_router,
     ):
         app.include_router(router)
     registry = CollectorRegistry()

@@ -80,6 +80,12 @@ class Settings(BaseSettings):
         default=None, description="initial admin API token (stored hashed) for automation"
     )
     max_parallel_runs: int = Field(default=2, ge=1, description="local executor: runs at the same time")
+    max_study_runs: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="most runs one study may create (its cells × seeds); a larger study is refused (422)",
+    )
     threads_per_run: int | None = Field(
         default=None, ge=1, description="torch threads in each local run process (default: cores / runs)"
     )

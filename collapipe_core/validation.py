@@ -158,7 +158,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
             [ConfigProblem("(file)", str(path), f"cannot read the config: {err.strerror}")]
         ) from None
     try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.load(text, Loader=_Loader)
+        data = json.loads(text) if path.suffix.lower() == ".json" else read_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:
         raise ConfigError([ConfigProblem("(file)", str(path), f"not valid YAML/JSON: {err}")]) from None
     data = data or {}
@@ -179,6 +179,11 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+
+
+def read_yaml(text: str) -> Any:
+    """A YAML document as configs are read: safe types only, 1e9 and 2.5e8 numbers (YAML 1.2)."""
+    return yaml.load(text, Loader=_Loader)
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:

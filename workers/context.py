@@ -1,5 +1,5 @@
 """What a worker process holds: settings, the engine, the run store (with its Redis wake-ups), the
-dispatch ledger and the workspace.
+dispatch ledger, the dispatcher that hands a study's deferred runs over, and the workspace.
 
 Built lazily in the process that uses it and rebuilt after a fork (a SQLAlchemy engine's pooled
 connections and a Redis client's sockets must never be shared between prefork children).
@@ -15,6 +15,7 @@ import redis
 from sqlalchemy import Engine
 
 from backend.db.engine import make_engine, make_session_factory
+from backend.runtime.celery_dispatch import CeleryRunExecutor
 from backend.runtime.dispatch_ledger import DispatchLedger
 from backend.runtime.lifecycle import RunStore
 from backend.runtime.redis_wake import RedisWake
@@ -36,6 +37,7 @@ class WorkerContext:
     store: RunStore
     wake: RedisWake
     ledger: DispatchLedger
+    dispatcher: CeleryRunExecutor  # sends with the worker's app and ledger (start_deferred)
     workspace: Workspace
 
     def close(self) -> None:
@@ -51,19 +53,30 @@ def worker_context() -> WorkerContext:
     """This process's context, created on first use (and again in a forked child)."""
     global _context
     if _context is None or _context.pid != os.getpid():
+        from workers.celery_app import app  # the app imports this module for its settings
+
         settings = get_worker_settings()
         engine = make_engine(settings.database_url)
+        factory = make_session_factory(engine)
         wake = RedisWake(settings.redis_url, settings.redis_key_prefix)
+        client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+        ledger = DispatchLedger(
+            client, ttl_s=2 * settings.visibility_timeout_s, prefix=settings.redis_key_prefix
+        )
         _context = WorkerContext(
             pid=os.getpid(),
             settings=settings,
             engine=engine,
-            store=RunStore(make_session_factory(engine), wake),
+            store=RunStore(factory, wake),
             wake=wake,
-            ledger=DispatchLedger(
-                redis.Redis.from_url(settings.redis_url, decode_responses=True),
-                ttl_s=2 * settings.visibility_timeout_s,
-                prefix=settings.redis_key_prefix,
+            ledger=ledger,
+            dispatcher=CeleryRunExecutor(
+                app,
+                factory,
+                ledger,
+                settings.run_queue,
+                client,
+                queue_key=settings.redis_key_prefix + settings.run_queue,
             ),
             workspace=settings.workspace(),
         )

@@ -8,7 +8,10 @@ Each sweep:
    honoured at that claim.
 2. Lost messages: a queued run without a mark in the dispatch ledger has no message in the broker.
    It is resent once it has been seen unmarked on two sweeps in a row (an enqueue in progress
-   between its commit and its mark is not mistaken for a lost one).
+   between its commit and its mark is not mistaken for a lost one). Only runs that may start are
+   looked at (``lifecycle.startable_run_ids``): a study's run deferred while the study runs its
+   ``concurrency`` runs waits without a message until a slot frees (the worker that frees it sends
+   it; if that worker died first, the run may start and this sweep resends it).
 
 Sending twice is harmless (the lease makes extra deliveries ``"skipped"``), so several reapers may
 run; one is enough. Run it as ``python -m workers.reaper`` (a loop) or with ``celery beat``.
@@ -67,7 +70,8 @@ class Reaper:
         return [row.run_id for row in rows]
 
     def _resend_lost(self, exclude: set[int]) -> list[int]:
-        queued = [r for r in lifecycle.queued_run_ids(self.store, MAX_QUEUED_CHECKED) if r not in exclude]
+        startable = lifecycle.startable_run_ids(self.store, MAX_QUEUED_CHECKED)
+        queued = [r for r in startable if r not in exclude]
         unmarked = self.dispatcher.ledger.unmarked(queued)
         lost = [r for r in unmarked if r in self._suspects]
         self._suspects = set(unmarked) - set(lost)

@@ -2,7 +2,9 @@
 
 ``run_experiment`` is idempotent: ``execute_run`` claims the run row with a lease, so a duplicate or
 redelivered message either resumes a run whose lease expired (from its last committed round) or
-returns ``"skipped"`` at once. It never reads or writes the Celery result backend.
+returns ``"skipped"`` at once. It never reads or writes the Celery result backend. After a study's
+run ends (or is deferred: its study already runs ``concurrency`` runs), the task sends the study's
+runs that may start now (``CeleryRunExecutor.start_deferred``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def run_experiment(self: Task, run_id: int) -> str:
     finally:
         # this message is done with (a run still queued now has lost its message: the reaper resends)
         ctx.ledger.clear(run_id, task_id)
+    try:
+        started = ctx.dispatcher.start_deferred(run_id, outcome)
+    except Exception:  # the broker or the database is down: the reaper resends runs that may start
+        log.exception("run %s: could not hand its study's deferred runs over", run_id)
+    else:
+        if started:
+            log.info("run %s (%s): sent its study's deferred runs %s", run_id, outcome, started)
     redelivered = (self.request.delivery_info or {}).get("redelivered")
     log.info("run %s (task %s, redelivered=%s): %s", run_id, task_id, redelivered, outcome)
     return outcome

@@ -137,6 +137,9 @@ class Run(Base):
     V: Mapped[float] = mapped_column("v", Float)  # scheduler.V
     num_clusters: Mapped[int] = mapped_column(Integer)  # network.num_clusters
     devices_per_cluster: Mapped[int] = mapped_column(Integer)  # network.devices_per_cluster
+    # a run of a study: the study and the index of its cell (backend.studies); None for other runs
+    study_id: Mapped[int | None] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"), index=True)
+    study_cell: Mapped[int | None] = mapped_column(Integer)
 
 
 EVALUATED = "eval_loss IS NOT NULL"
@@ -213,3 +216,19 @@ class RunEvent(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
+
+class Study(Base):
+    """Runs launched together over a grid of config values (backend.studies). ``definition`` is the
+    request as stored (bases with their normalized configs, axes, mode, baseline); ``cells`` lists
+    each cell's axis values. A study has no status of its own: it is derived from its runs."""
+
+    __tablename__ = "studies"
+    __table_args__ = (CheckConstraint("concurrency >= 1", name="concurrency"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), index=True)
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), index=True)
+    definition: Mapped[dict[str, Any]] = mapped_column(JSON)
+    cells: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    concurrency: Mapped[int] = mapped_column(Integer)  # at most this many of its runs run at once
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

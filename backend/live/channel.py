@@ -8,7 +8,7 @@ Events are written by the run lifecycle (``backend.runtime.lifecycle``) into the
 - ``read(run_id, after, block_s)`` returns the events after id ``after`` (``None``: from the start)
   in commit order, waiting up to ``block_s`` seconds when there are none yet (an empty list then);
   a malformed ``after`` raises ValueError (before any waiting). ``run_id=None`` reads the status
-  events of every run.
+  events of every run; a frozenset of run ids reads every event of those runs (a study's).
 - ``validate_id(after)`` raises ValueError unless ``after`` could be an id of this channel's streams
   (well formed and in range; it need not exist).
 - ``head(run_id)`` is the id of the latest event (``"0"`` when there is none): a client that wants
@@ -33,6 +33,9 @@ ROUND = "round"
 STATUS = "status"
 MAX_EVENT_ID = 2**63 - 1  # event ids are BIGINT-sized integers
 
+Selector = int | frozenset[int] | None
+"""Whose events a read returns: one run's, a set of runs' (every kind), or (None) every run's status."""
+
 
 def parse_integer_id(after: str | None) -> int:
     """An event id (``None``: 0, the start); ValueError naming the id for anything else."""
@@ -54,9 +57,9 @@ class LiveEvent:
 
 
 class LiveChannel(Protocol):
-    async def read(self, run_id: int | None, after: str | None, block_s: float) -> list[LiveEvent]: ...
+    async def read(self, run_id: Selector, after: str | None, block_s: float) -> list[LiveEvent]: ...
 
-    async def head(self, run_id: int | None) -> str: ...
+    async def head(self, run_id: Selector) -> str: ...
 
     def validate_id(self, after: str) -> None: ...
 

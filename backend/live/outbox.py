@@ -25,17 +25,33 @@ import time
 import weakref
 
 from anyio import to_thread
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 
 from backend.db.engine import SessionFactory
 from backend.db.models import RunEvent
-from backend.live.channel import STATUS, LiveEvent, parse_integer_id
+from backend.live.channel import STATUS, LiveEvent, Selector, parse_integer_id
 from backend.runtime.wake import PollWaiter, Waiter
 
 log = logging.getLogger(__name__)
 
 MAX_EVENTS_PER_READ = 500
 RECENT_EVENTS = 2000
+
+
+def _selected(run_id: Selector) -> ColumnElement[bool]:
+    if run_id is None:
+        return RunEvent.kind == STATUS
+    if isinstance(run_id, frozenset):
+        return RunEvent.run_id.in_(sorted(run_id))
+    return RunEvent.run_id == run_id
+
+
+def _is_selected(event: LiveEvent, run_id: Selector) -> bool:
+    if run_id is None:
+        return event.kind == STATUS
+    if isinstance(run_id, frozenset):
+        return event.run_id in run_id
+    return event.run_id == run_id
 
 
 class OutboxChannel:
@@ -54,16 +70,16 @@ class OutboxChannel:
         with self.session_factory() as session:
             return int(session.scalar(select(func.max(RunEvent.id))) or 0)
 
-    def _rows_after(self, after: int, run_id: int | None, all_runs: bool) -> list[LiveEvent]:
+    def _rows_after(self, after: int, run_id: Selector, all_runs: bool) -> list[LiveEvent]:
         """Up to MAX_EVENTS_PER_READ events after id ``after``: of every run (``all_runs``), of the
-        status stream (``run_id`` None) or of one run."""
+        status stream (``run_id`` None), of one run, or of a set of runs."""
         query = select(RunEvent).where(RunEvent.id > after).order_by(RunEvent.id).limit(MAX_EVENTS_PER_READ)
         if not all_runs:
-            query = query.where(RunEvent.kind == STATUS if run_id is None else RunEvent.run_id == run_id)
+            query = query.where(_selected(run_id))
         with self.session_factory() as session:
             return [LiveEvent(str(r.id), r.run_id, r.kind, r.data) for r in session.scalars(query)]
 
-    async def read(self, run_id: int | None, after: str | None, block_s: float) -> list[LiveEvent]:
+    async def read(self, run_id: Selector, after: str | None, block_s: float) -> list[LiveEvent]:
         start = parse_integer_id(after)  # a malformed id fails before any waiting
         tail = await self._tail()
         deadline = time.monotonic() + block_s
@@ -91,14 +107,13 @@ class OutboxChannel:
             tail = self._tails.setdefault(loop, _Tail(self, latest))
         return tail
 
-    def _head(self, run_id: int | None) -> str:
-        query = select(RunEvent.id).order_by(RunEvent.id.desc()).limit(1)
-        query = query.where(RunEvent.kind == STATUS if run_id is None else RunEvent.run_id == run_id)
+    def _head(self, run_id: Selector) -> str:
+        query = select(RunEvent.id).where(_selected(run_id)).order_by(RunEvent.id.desc()).limit(1)
         with self.session_factory() as session:
             latest = session.scalar(query)
         return str(latest) if latest is not None else "0"
 
-    async def head(self, run_id: int | None) -> str:
+    async def head(self, run_id: Selector) -> str:
         return await to_thread.run_sync(self._head, run_id)
 
     def validate_id(self, after: str) -> None:
@@ -124,14 +139,14 @@ class _Tail:
         self._waiting = 0
         self._task: asyncio.Task[None] | None = None
 
-    def events_after(self, run_id: int | None, after: int) -> list[LiveEvent] | None:
+    def events_after(self, run_id: Selector, after: int) -> list[LiveEvent] | None:
         """The reader's events after ``after`` known so far, or None when ``after`` is older than the
         window (the caller reads the table)."""
         if after < self.base:
             return None
         found: list[LiveEvent] = []
         for event in self._events[bisect.bisect_right(self._ids, after) :]:
-            if (event.kind == STATUS) if run_id is None else (event.run_id == run_id):
+            if _is_selected(event, run_id):
                 found.append(event)
                 if len(found) == MAX_EVENTS_PER_READ:
                     break

@@ -14,6 +14,7 @@ heartbeat.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from anyio import to_thread
@@ -22,9 +23,9 @@ from fastapi.responses import StreamingResponse
 
 from backend.db.engine import SessionFactory
 from backend.db.models import TERMINAL_STATUSES
-from backend.deps import ChannelDep, SettingsDep, StreamViewer
+from backend.deps import ChannelDep, SettingsDep, StreamAccess, StreamViewer
 from backend.errors import ERROR_RESPONSES, InvalidInput, NotFound
-from backend.live.channel import LiveChannel
+from backend.live.channel import LiveChannel, Selector
 from backend.live.sse import run_events, status_events
 from backend.params import IdPath
 from backend.runs.repository import status_of
@@ -40,7 +41,7 @@ LastEventIdHeader = Annotated[str | None, Header(alias="Last-Event-ID", max_leng
 AfterQuery = Annotated[str | None, Query(max_length=64, description="same as the Last-Event-ID header")]
 
 
-def _resume_point(channel: LiveChannel, header: str | None, query: str | None) -> str | None:
+def resume_point(channel: LiveChannel, header: str | None, query: str | None) -> str | None:
     """The id to resume after (the header wins); 422 naming the parameter for an id of no stream."""
     field, after = ("Last-Event-ID", header) if header is not None else ("after", query)
     if after is None:
@@ -63,7 +64,7 @@ async def all_runs_events(
     after: AfterQuery = None,
 ) -> StreamingResponse:
     """Status changes of every run (``event: status``), from now or after Last-Event-ID."""
-    start = _resume_point(channel, last_event_id, after)
+    start = resume_point(channel, last_event_id, after)
     if start is None:
         start = await channel.head(None)
     return StreamingResponse(
@@ -92,11 +93,25 @@ async def one_run_events(
 
     if await to_thread.run_sync(_status, factory, run_id) is None:
         raise NotFound(f"no run with id {run_id}")
-    start = _resume_point(channel, last_event_id, after)
+    start = resume_point(channel, last_event_id, after)
+    return await event_stream(channel, run_id, start, settings.sse_heartbeat_s, is_finished, access)
+
+
+async def event_stream(
+    channel: LiveChannel,
+    run_id: Selector,
+    start: str | None,
+    heartbeat_s: float,
+    is_finished: Callable[[], Awaitable[bool]],
+    access: StreamAccess,
+    **relay: Any,
+) -> Response:
+    """The stream of ``run_events`` (``relay``: its ``shape`` and ``after_batch``), or 204 when the
+    runs are finished and nothing after ``start`` is left to send."""
     if await is_finished() and await channel.head(run_id) == (start or "0"):
         return Response(status_code=204)
     return StreamingResponse(
-        run_events(channel, run_id, start, settings.sse_heartbeat_s, is_finished, access.allowed),
+        run_events(channel, run_id, start, heartbeat_s, is_finished, access.allowed, **relay),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
     )

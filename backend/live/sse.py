@@ -1,4 +1,4 @@
-"""Server-Sent Events framing and the two event loops (one run; all runs' status changes).
+"""Server-Sent Events framing and the event loops (one run; all runs' status changes; a study's runs).
 
 Both loops wait at most half a heartbeat per read: a read that brings nothing sends a keep-alive
 comment (proxies and browsers keep an idle stream open), and the caller's access is checked again
@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from backend.db.models import TERMINAL_STATUSES
-from backend.live.channel import STATUS, LiveChannel, LiveEvent
+from backend.live.channel import ROUND, STATUS, LiveChannel, LiveEvent, Selector
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ Check = Callable[[], Awaitable[bool]]
 
 
 async def _read(
-    channel: LiveChannel, run_id: int | None, after: str | None, block_s: float
+    channel: LiveChannel, run_id: Selector, after: str | None, block_s: float
 ) -> list[LiveEvent] | None:
     """The channel's next events, or None when the channel failed (logged; the stream then ends and
     the client's reconnect resumes it with Last-Event-ID)."""
@@ -67,13 +67,18 @@ class _Access:
 
 async def run_events(
     channel: LiveChannel,
-    run_id: int,
+    run_id: Selector,
     after: str | None,
     heartbeat_s: float,
     is_finished: Callable[[], Awaitable[bool]],
     allowed: Check,
+    shape: Callable[[LiveEvent], LiveEvent] | None = None,
+    after_batch: Callable[[], Awaitable[str]] | None = None,
 ) -> AsyncIterator[str]:
-    """A run's events after ``after``; ends after the run's last terminal status event."""
+    """A run's events after ``after`` (or a set of runs': a study's); ends after the last terminal
+    status event once ``is_finished()``. ``shape`` rewrites each event before it is sent (a study
+    sends its runs' rounds compacted: ``compact``); ``after_batch`` gives a frame sent after each
+    batch of events (a study's progress)."""
     yield f"retry: {RETRY_MS}\n\n"
     access = _Access(allowed, heartbeat_s)
     while True:
@@ -93,8 +98,10 @@ async def run_events(
                 yield ": keepalive\n\n"
                 continue
         for event in events:
-            yield frame(event)
+            yield frame(shape(event) if shape is not None else event)
             after = event.id
+        if after_batch is not None:
+            yield await after_batch()
         last = events[-1]
         if _is_terminal(last) and await channel.head(run_id) == last.id and await is_finished():
             return
@@ -119,3 +126,18 @@ async def status_events(
         for event in events:
             yield frame(event)
             after = event.id
+
+
+def compact(event: LiveEvent) -> LiveEvent:
+    """A study stream's form of a run's event: a round as its run, index, latency and eval loss (the
+    devices stay on the run's own stream); a status as it is."""
+    if event.kind != ROUND:
+        return event
+    record = event.data.get("round", {})
+    data = {
+        "run_id": event.run_id,
+        "round": record.get("round"),
+        "latency_s": record.get("latency_s"),
+        "eval_loss": record.get("eval_loss"),
+    }
+    return LiveEvent(event.id, event.run_id, event.kind, data)

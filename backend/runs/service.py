@@ -55,7 +55,8 @@ def _launch(session: Session, run: Run, wake: Wake, dispatcher: RunDispatcher) -
     return run
 
 
-def _new_run(owner: User, config: ExperimentConfig, name: str | None, **extra: Any) -> Run:
+def new_run(owner: User, config: ExperimentConfig, name: str | None, **extra: Any) -> Run:
+    """A run row for a validated ``config`` (not stored: the lifecycle's ``create`` stores it)."""
     return Run(
         name=name or config.name,
         config=normalized(config),
@@ -81,10 +82,10 @@ def create(
     if body.experiment_id is not None:
         experiment = experiments.get(session, body.experiment_id)
         config = validated_config(experiment.config, workspace, field="experiment.config")
-        run = _new_run(owner, config, body.name or experiment.name, experiment_id=experiment.id)
+        run = new_run(owner, config, body.name or experiment.name, experiment_id=experiment.id)
     else:
         assert body.config is not None  # RunCreate guarantees one source
-        run = _new_run(owner, validated_config(body.config, workspace), body.name)
+        run = new_run(owner, validated_config(body.config, workspace), body.name)
     return _launch(session, run, wake, dispatcher)
 
 
@@ -138,7 +139,7 @@ def fork(
     ]
     replay.append({"until_round": k, "config": parent.config})
     name = f"{parent.name} fork@{k} ({config.scheduler.policy}, V={config.scheduler.V:g})"[:200]
-    run = _new_run(
+    run = new_run(
         owner,
         config,
         name,

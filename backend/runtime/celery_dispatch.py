@@ -4,6 +4,14 @@
 it marks the run in the dispatch ledger and sends ``run_experiment(run_id)`` with a task id made of
 the run id and the attempt the message will start. Sending may be repeated: the run row's lease
 makes every extra delivery a no-op.
+
+Studies: every run of a study is sent when the study is created, and a worker whose claim is refused
+because the study already runs ``concurrency`` runs returns ``"deferred"`` (the run stays queued, its
+message is done). ``start_deferred`` is then called by the worker that ended a study's run (or
+deferred one, after clearing that run's mark): it sends the study's runs that may start now and have
+no message. Between the two of them every freed slot is handed over: the finisher sees the deferred
+run's mark cleared, or the deferring worker sees the finished run. The reaper resends only runs that
+may start, so a deferred run waits without messages going round.
 """
 
 from __future__ import annotations
@@ -17,7 +25,14 @@ from backend.db.engine import SessionFactory
 from backend.runtime import lifecycle
 from backend.runtime.celery_app import RUN_TASK, create_celery_app
 from backend.runtime.dispatch_ledger import DispatchLedger
+from backend.runtime.execution import Outcome
 from backend.settings import Settings
+
+FREES_A_SLOT: frozenset[Outcome] = frozenset({"succeeded", "failed", "cancelled", "deferred"})
+"""Outcomes after which a run's study may have a queued run to start."""
+
+
+MAX_STARTED = 1000  # runs one hand-over looks at (a study's concurrency is far below)
 
 
 def task_id_for(run_id: int, attempt: int) -> str:
@@ -74,6 +89,21 @@ class CeleryRunExecutor:
         except Exception:
             self.ledger.clear(run_id, task_id)  # the reaper resends runs without a mark
             raise
+
+    def start_deferred(self, run_id: int, outcome: Outcome) -> list[int]:
+        """After run ``run_id`` ended with ``outcome`` (its own mark cleared): send the runs of its
+        study that may start now and have no message; their ids."""
+        if outcome not in FREES_A_SLOT:
+            return []
+        store = lifecycle.RunStore(self.session_factory)
+        study_id = lifecycle.study_of(store, run_id)
+        if study_id is None:
+            return []
+        startable = lifecycle.startable_run_ids(store, MAX_STARTED, study_id=study_id)
+        waiting = self.ledger.unmarked(startable)
+        for waiting_id in waiting:
+            self.enqueue(waiting_id)
+        return waiting
 
     def check_ready(self) -> str | None:
         try:

@@ -2,7 +2,9 @@
 processes and by the Celery task. Idempotent and safe against concurrent duplicates:
 
 1. Claim (``lifecycle.claim``): queued, or running with an expired lease → running under a lease
-   whose token is ``claimant``. Someone else holds a live lease → ``"skipped"`` at once.
+   whose token is ``claimant``. Someone else holds a live lease → ``"skipped"`` at once. A run of a
+   study that already runs its ``concurrency`` runs → ``"deferred"`` at once (it stays queued; the
+   executor hands it over again when a slot frees).
 2. Reconcile: the database's rounds are the truth. A checkpoint ahead of ``rounds_done`` (rounds lost
    from the database) is discarded and the run replays from round 0 — deterministic, and a round
    already stored is not stored (nor published) twice. A checkpoint behind re-runs rounds the
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from backend.runtime import lifecycle
-from backend.runtime.lifecycle import ClaimedRun, Lease, LeaseLost, RunStore
+from backend.runtime.lifecycle import ClaimedRun, Deferred, Lease, LeaseLost, RunStore
 from backend.runtime.segments import checkpoint_round, plan_segments, relabel_checkpoint
 from collapipe_core.records import RoundResult
 from collapipe_core.runner import Runner
@@ -35,7 +37,7 @@ from collapipe_core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["succeeded", "failed", "cancelled", "skipped", "lease_lost"]
+Outcome = Literal["succeeded", "failed", "cancelled", "skipped", "deferred", "lease_lost"]
 
 
 def checkpoint_dir_for(artifact_dir: Path, run_id: int) -> Path:
@@ -59,6 +61,8 @@ def execute_run(
     claimed = lifecycle.claim(store, run_id, claimant, lease_s)
     if claimed is None:
         return "skipped"
+    if isinstance(claimed, Deferred):
+        return "deferred"
     lease, run = claimed
     keeper = _LeaseKeeper(store, lease)
     keeper.start()

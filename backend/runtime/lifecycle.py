@@ -12,6 +12,12 @@ a ``round`` event for a newly recorded round) in the same transaction: the outbo
 is the live stream, so a reader resuming after an event id gets every later event exactly once,
 whatever process died when. After the commit, readers are woken (``backend.runtime.wake``).
 
+Studies (backend.studies) run many runs at most ``concurrency`` at a time: ``claim`` of a study's run
+locks the study's row and refuses (``Deferred``) while that many of its runs are running; the run
+stays queued, and ``startable_run_ids`` names the queued runs that may start now (the executors'
+queue: the local dispatcher's tick, the Celery worker that finished a run, the reaper).
+``create_study``, ``cancel_study`` and ``resume_study`` are the study-wide transitions.
+
 API-side transitions (``create``, ``cancel``, ``resume``, ``delete``) run in the request's session,
 which commits them (``backend.db.transaction.commit_and_notify``); executor-side ones open their own
 session through a ``RunStore``. Executors hold a ``Lease``: every write of an executing run is fenced
@@ -28,18 +34,18 @@ from sqlalchemy.orm import Session
 
 from backend.db.base import utcnow
 from backend.db.engine import SessionFactory
-from backend.db.models import Run
+from backend.db.models import Run, Study
 from backend.db.transaction import after_commit
 from backend.jsonsafe import sanitize
 from backend.live.channel import ROUND, STATUS
 from backend.metrics.ingest_repository import insert_round
 from backend.runtime import repository as repo
 from backend.runtime.repository import ClaimedRun, StatusRow
-
-__all__ = ["ClaimedRun", "Lease", "LeaseLost", "RunStore", "StatusRow"]
 from backend.runtime.wake import NoWake, Wake
 from collapipe_core.faults import crash_point
 from collapipe_core.records import RoundResult
+
+__all__ = ["ClaimedRun", "Deferred", "Lease", "LeaseLost", "RunStore", "StatusRow"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,14 @@ class Lease:
     run_id: int
     token: str
     lease_s: float
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """``claim``'s answer for a queued run of a study that already runs ``concurrency`` runs: the run
+    stays queued until a slot frees (``startable_run_ids`` names it then)."""
+
+    study_id: int
 
 
 def _status_event(row: StatusRow) -> tuple[int, str, dict[str, object]]:
@@ -110,6 +124,35 @@ def resume(session: Session, run_id: int, wake: Wake) -> bool:
     return True
 
 
+def create_study(session: Session, study: Study, runs: list[Run], wake: Wake) -> Study:
+    """A new study and all its runs, queued, with their status events."""
+    rows = repo.insert_study(session, study, runs)
+    repo.append_events(session, [_status_event(row) for row in rows])
+    after_commit(session, lambda: wake.notify("queued"))
+    return study
+
+
+def cancel_study(session: Session, study_id: int, wake: Wake) -> tuple[int, int]:
+    """Every unfinished run of the study: queued ones cancelled now, running ones asked to stop after
+    their round; (cancelled, asked). Queued ones first: a run claimed meanwhile is then running."""
+    rows = repo.cancel_queued_of_study(session, study_id, utcnow())
+    asked = repo.request_cancel_of_study(session, study_id)
+    repo.append_events(session, [_status_event(row) for row in rows])
+    if rows:
+        after_commit(session, lambda: wake.notify("cancelled"))
+    return len(rows), asked
+
+
+def resume_study(session: Session, study_id: int, wake: Wake) -> list[int]:
+    """Every failed or cancelled run of the study back to the queue; their ids (enqueue them after
+    the commit)."""
+    rows = repo.requeue_finished_of_study(session, study_id)
+    repo.append_events(session, [_status_event(row) for row in rows])
+    if rows:
+        after_commit(session, lambda: wake.notify("queued"))
+    return [row.run_id for row in rows]
+
+
 def delete(session: Session, run_id: int) -> str | None:
     """Delete a finished run with its rows and events; None when deleted, else the blocking status."""
     return repo.delete_unless_active(session, run_id)
@@ -118,13 +161,19 @@ def delete(session: Session, run_id: int) -> str | None:
 # -- executor side: each transition is its own transaction -----------------------------------------
 
 
-def claim(store: RunStore, run_id: int, token: str, lease_s: float) -> tuple[Lease, ClaimedRun] | None:
-    """Take a queued run, or a running one whose lease expired; None when someone else holds it."""
+def claim(
+    store: RunStore, run_id: int, token: str, lease_s: float
+) -> tuple[Lease, ClaimedRun] | Deferred | None:
+    """Take a queued run, or a running one whose lease expired; None when someone else holds it;
+    ``Deferred`` when it belongs to a study that already runs as many runs as it may."""
     with store.session_factory() as session:
-        row = repo.claim(session, run_id, token, utcnow(), lease_s)
+        now = utcnow()
+        study_id = repo.lock_study_of(session, run_id)
+        row = repo.claim(session, run_id, token, now, lease_s, study_id)
         if row is None:
+            deferred = study_id is not None and repo.is_claimable(session, run_id, now)
             session.rollback()
-            return None
+            return Deferred(study_id) if deferred and study_id is not None else None
         claimed = repo.claimed_run(session, run_id)
         _commit(store, session, [row])
     return Lease(run_id, token, lease_s), claimed
@@ -204,9 +253,17 @@ def is_cancel_requested(store: RunStore, run_id: int) -> bool:
         return repo.is_cancel_requested(session, run_id)
 
 
-def queued_run_ids(store: RunStore, limit: int) -> list[int]:
+def startable_run_ids(store: RunStore, limit: int, study_id: int | None = None) -> list[int]:
+    """Queued runs that may start now, oldest first: runs outside studies, and as many of a study's
+    queued runs as it has free slots (of ``study_id`` only, when given)."""
     with store.session_factory() as session:
-        return repo.queued_run_ids(session, limit)
+        return repo.startable_run_ids(session, limit, study_id)
+
+
+def study_of(store: RunStore, run_id: int) -> int | None:
+    """The study run ``run_id`` belongs to (None: none, or no such run)."""
+    with store.session_factory() as session:
+        return repo.study_of(session, run_id)
 
 
 def attempt_of(session: Session, run_id: int) -> int | None:

@@ -7,8 +7,11 @@
    leaves the row running under its lease — the run is marked failed, naming the exit code, so the
    user sees it and can resume it from its last checkpoint;
 2. re-queues running rows whose lease expired (a previous API process died with runs in flight);
-3. starts a ``spawn`` process per queued run, up to ``max_parallel_runs``, running ``execute_run``
-   (its live events go to the outbox table, which the API's readers poll).
+3. starts a ``spawn`` process per queued run that may start (``lifecycle.startable_run_ids``: a
+   study's runs only while it has a free slot), up to ``max_parallel_runs``, running ``execute_run``
+   (its live events go to the outbox table, which the API's readers poll). A study's run that a
+   spawned child has not claimed yet holds its place in the study's queue, so no child is started
+   for a run its study would defer.
 
 On shutdown children are terminated and their runs re-queued (they continue from the checkpoint on
 the next start). DB calls run in worker threads so the event loop never blocks on SQLite locks.
@@ -129,7 +132,7 @@ class LocalDispatcher:
         free = self.settings.max_parallel_runs - len(self.children)
         if free <= 0:
             return
-        queued = lifecycle.queued_run_ids(self.store, free + len(self.children))
+        queued = lifecycle.startable_run_ids(self.store, free + len(self.children))
         for run_id in [r for r in queued if r not in self.children][:free]:
             self._spawn(run_id)
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, or_, select, text, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, case, func, or_, select, text, update
+from sqlalchemy.orm import Session, aliased
 
-from backend.db.models import Run, RunEvent
+from backend.db.models import Run, RunEvent, Study
 
 # what a status event reports, read back from the row an UPDATE changed (RETURNING)
 STATUS_COLUMNS = (Run.id, Run.status, Run.rounds_done, Run.total_rounds, Run.error)
@@ -59,18 +59,39 @@ class ClaimedRun:
     cancel_requested: bool
 
 
+def _status_updates(session: Session, conditions: Sequence[Any], **values: Any) -> list[StatusRow]:
+    """A conditional UPDATE of runs; the status rows of the runs it changed, by run id."""
+    rows = session.execute(
+        update(Run)
+        .where(*conditions)
+        .values(**values)
+        .returning(*STATUS_COLUMNS)
+        .execution_options(synchronize_session=False)
+    ).all()
+    return sorted((StatusRow(*row) for row in rows), key=lambda row: row.run_id)
+
+
 def _status_update(
     session: Session, run_id: int, conditions: Sequence[Any], **values: Any
 ) -> StatusRow | None:
     """A conditional UPDATE of one run; its status row when it changed the row, else None."""
-    row = session.execute(
+    rows = _status_updates(session, [Run.id == run_id, *conditions], **values)
+    return rows[0] if rows else None
+
+
+def _flag_cancel(session: Session, condition: Any) -> int:
+    """Flag running runs to stop after their current round (no status change); how many."""
+    result = session.execute(
         update(Run)
-        .where(Run.id == run_id, *conditions)
-        .values(**values)
-        .returning(*STATUS_COLUMNS)
+        .where(condition, Run.status == "running")
+        .values(cancel_requested=True)
         .execution_options(synchronize_session=False)
-    ).first()
-    return None if row is None else StatusRow(*row)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+# what a failed or cancelled run gets when it goes back to the queue
+REQUEUED: dict[str, Any] = {"status": "queued", "error": None, "cancel_requested": False, "finished_at": None}
 
 
 def _fenced(token: str) -> list[Any]:
@@ -105,26 +126,12 @@ def cancel_queued(session: Session, run_id: int, now: datetime) -> StatusRow | N
 
 def request_cancel(session: Session, run_id: int) -> bool:
     """Flag a running run so its executor stops after the current round (no status change)."""
-    result = session.execute(
-        update(Run)
-        .where(Run.id == run_id, Run.status == "running")
-        .values(cancel_requested=True)
-        .execution_options(synchronize_session=False)
-    )
-    return int(result.rowcount) == 1  # type: ignore[attr-defined]
+    return _flag_cancel(session, Run.id == run_id) == 1
 
 
 def requeue_finished(session: Session, run_id: int) -> StatusRow | None:
     """A failed or cancelled run back to the queue."""
-    return _status_update(
-        session,
-        run_id,
-        [Run.status.in_(("failed", "cancelled"))],
-        status="queued",
-        error=None,
-        cancel_requested=False,
-        finished_at=None,
-    )
+    return _status_update(session, run_id, [Run.status.in_(("failed", "cancelled"))], **REQUEUED)
 
 
 def delete_unless_active(session: Session, run_id: int) -> str | None:
@@ -138,16 +145,79 @@ def delete_unless_active(session: Session, run_id: int) -> str | None:
     return None
 
 
+def insert_study(session: Session, study: Study, runs: Sequence[Run]) -> list[StatusRow]:
+    """Store a study and its runs, queued."""
+    session.add(study)
+    session.flush()
+    for run in runs:
+        run.study_id = study.id
+    return [insert_run(session, run) for run in runs]
+
+
+def cancel_queued_of_study(session: Session, study_id: int, now: datetime) -> list[StatusRow]:
+    conditions = [Run.study_id == study_id, Run.status == "queued"]
+    return _status_updates(session, conditions, status="cancelled", finished_at=now)
+
+
+def request_cancel_of_study(session: Session, study_id: int) -> int:
+    """Flag the study's running runs to stop after their current round; how many were flagged."""
+    return _flag_cancel(session, Run.study_id == study_id)
+
+
+def requeue_finished_of_study(session: Session, study_id: int) -> list[StatusRow]:
+    """The study's failed and cancelled runs back to the queue."""
+    conditions = [Run.study_id == study_id, Run.status.in_(("failed", "cancelled"))]
+    return _status_updates(session, conditions, **REQUEUED)
+
+
 # -- executor side --------------------------------------------------------------------------------
 
 
-def claim(session: Session, run_id: int, token: str, now: datetime, lease_s: float) -> StatusRow | None:
-    """Take a queued run, or a running one whose lease expired; None when someone else holds it."""
+def lock_study_of(session: Session, run_id: int) -> int | None:
+    """The study of run ``run_id`` (None: not a study's run), its row locked until the transaction
+    ends on PostgreSQL, so the claims of one study's runs pass their slot check one at a time."""
+    study_id: int | None = session.scalar(
+        select(Study.id).join(Run, Run.study_id == Study.id).where(Run.id == run_id).with_for_update(of=Study)
+    )
+    return study_id
+
+
+def is_claimable(session: Session, run_id: int, now: datetime) -> bool:
+    """Queued, or running under an expired lease (whether or not its study has a free slot)."""
+    return session.scalar(select(Run.id).where(Run.id == run_id, _claimable(now))) is not None
+
+
+def _claimable(now: datetime) -> ColumnElement[bool]:
     stale = (Run.status == "running") & or_(Run.lease_expires_at.is_(None), Run.lease_expires_at < now)
+    return or_(Run.status == "queued", stale)
+
+
+def _study_has_a_free_slot(study_id: int, run_id: int) -> ColumnElement[bool]:
+    """Fewer of the study's other runs are running than its concurrency allows."""
+    other = aliased(Run)
+    running = (
+        select(func.count())
+        .select_from(other)
+        .where(other.study_id == study_id, other.status == "running", other.id != run_id)
+        .scalar_subquery()
+    )
+    limit = select(Study.concurrency).where(Study.id == study_id).scalar_subquery()
+    return running < limit
+
+
+def claim(
+    session: Session, run_id: int, token: str, now: datetime, lease_s: float, study_id: int | None = None
+) -> StatusRow | None:
+    """Take a queued run, or a running one whose lease expired; None when someone else holds it or,
+    for a run of study ``study_id``, when the study already runs as many runs as it may (one
+    statement: atomic on SQLite; on PostgreSQL the caller holds the study's row lock)."""
+    conditions = [_claimable(now)]
+    if study_id is not None:
+        conditions.append(_study_has_a_free_slot(study_id, run_id))
     return _status_update(
         session,
         run_id,
-        [or_(Run.status == "queued", stale)],
+        conditions,
         status="running",
         lease_owner=token,
         lease_expires_at=now + timedelta(seconds=lease_s),
@@ -241,8 +311,38 @@ def is_cancel_requested(session: Session, run_id: int) -> bool:
     return bool(session.scalar(select(Run.cancel_requested).where(Run.id == run_id)))
 
 
-def queued_run_ids(session: Session, limit: int) -> list[int]:
-    return list(session.scalars(select(Run.id).where(Run.status == "queued").order_by(Run.id).limit(limit)))
+def startable_run_ids(session: Session, limit: int, study_id: int | None = None) -> list[int]:
+    """Queued runs, oldest first, that may start now: a run outside studies, or one of the first
+    (concurrency − running) queued runs of its study. Only ``study_id``'s runs when given."""
+    running = (
+        select(Run.study_id, func.count().label("running"))
+        .where(Run.status == "running", Run.study_id.is_not(None))
+        .group_by(Run.study_id)
+        .subquery()
+    )
+    queued = select(
+        Run.id,
+        Run.study_id,
+        func.row_number().over(partition_by=Run.study_id, order_by=Run.id).label("place"),
+    ).where(Run.status == "queued")
+    if study_id is not None:
+        queued = queued.where(Run.study_id == study_id)
+    ranked = queued.subquery()
+    free = Study.concurrency - func.coalesce(running.c.running, 0)
+    query = (
+        select(ranked.c.id)
+        .outerjoin(Study, Study.id == ranked.c.study_id)
+        .outerjoin(running, running.c.study_id == ranked.c.study_id)
+        .where(or_(ranked.c.study_id.is_(None), ranked.c.place <= free))
+        .order_by(ranked.c.id)
+        .limit(limit)
+    )
+    return list(session.scalars(query))
+
+
+def study_of(session: Session, run_id: int) -> int | None:
+    study_id: int | None = session.scalar(select(Run.study_id).where(Run.id == run_id))
+    return study_id
 
 
 def attempt_of(session: Session, run_id: int) -> int | None:

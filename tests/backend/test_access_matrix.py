@@ -24,7 +24,7 @@ RANK = {"anonymous": 0, "viewer": 1, "operator": 2, "admin": 3}
 @dataclass(frozen=True)
 class Endpoint:
     method: str
-    path: str  # with {experiment}, {run}, {user}, {token} placeholders
+    path: str  # with {experiment}, {run}, {user}, {token}, {study} placeholders
     role: str  # the least role allowed ("anonymous": public)
     body: Any = None
     streams: bool = False  # an endpoint that streams forever when allowed: only denials are checked here
@@ -58,6 +58,11 @@ MATRIX = [
     Endpoint("GET", "/api/runs/{run}/timeline?round=1", "viewer"),
     Endpoint("GET", "/api/runs/{run}/export", "viewer"),
     Endpoint("GET", "/api/compare?run_ids={run}", "viewer"),
+    Endpoint("GET", "/api/studies", "viewer"),
+    Endpoint("GET", "/api/studies/presets", "viewer"),
+    Endpoint("GET", "/api/studies/{study}", "viewer"),
+    Endpoint("GET", "/api/studies/{study}/export", "viewer"),
+    Endpoint("GET", "/api/studies/{study}/events", "viewer", streams=True),
     Endpoint("POST", "/api/experiments", "operator", {"config": tiny_config()}),
     Endpoint("PATCH", "/api/experiments/{experiment}", "operator", {"name": "renamed"}),
     Endpoint("POST", "/api/experiments/{experiment}/clone", "operator"),
@@ -65,6 +70,9 @@ MATRIX = [
     Endpoint("POST", "/api/runs/{run}/cancel", "operator"),
     Endpoint("POST", "/api/runs/{run}/resume", "operator"),
     Endpoint("POST", "/api/runs/{run}/fork", "operator", {"round": 1, "V": 2.0}),
+    Endpoint("POST", "/api/studies", "operator", {"name": "matrix", "bases": [{"config": tiny_config()}]}),
+    Endpoint("POST", "/api/studies/{study}/cancel", "operator"),
+    Endpoint("POST", "/api/studies/{study}/resume", "operator"),
     Endpoint("PUT", "/api/files/{name}", "operator", {"text": "a", "label": "b"}),  # the body is the file
     Endpoint("GET", "/api/users", "admin"),
     Endpoint("POST", "/api/users", "admin", {"username": "new-user", "password": "long enough"}),
@@ -99,7 +107,17 @@ def ids(api: Api, tmp_path: Path) -> dict[str, Any]:
         "/api/users", json={"username": "victim", "password": "long enough"}, headers=admin
     ).json()["id"]
     token = api.client.post("/api/tokens", json={"name": "victim"}, headers=admin).json()["id"]
-    return {"experiment": experiment, "run": run, "user": user, "token": token, "name": "datasets/m.jsonl"}
+    study = api.client.post(
+        "/api/studies", json={"name": "s", "bases": [{"config": tiny_config()}]}, headers=operator
+    ).json()["id"]
+    return {
+        "experiment": experiment,
+        "run": run,
+        "user": user,
+        "token": token,
+        "study": study,
+        "name": "datasets/m.jsonl",
+    }
 
 
 def test_the_matrix_lists_every_route(api: Api) -> None:
@@ -117,6 +135,7 @@ def test_the_matrix_lists_every_route(api: Api) -> None:
             ("run", "run_id"),
             ("user", "user_id"),
             ("token", "token_id"),
+            ("study", "study_id"),
         ):
             path = path.replace("{" + name + "}", "{" + param + "}")
         listed.add((e.method.lower(), path))

@@ -33,6 +33,7 @@ TABLES = {
     "round_metrics",
     "device_metrics",
     "run_events",
+    "studies",
     "alembic_version",
 }
 
@@ -66,6 +67,9 @@ def test_upgrade_downgrade_upgrade_and_check(empty_database: str) -> None:
     upgrade_to_head(empty_database)
     assert _tables(empty_database) == TABLES
     command.check(alembic_config(empty_database))  # raises if models and migrations disagree
+    downgrade(empty_database, "-1")
+    assert "studies" not in _tables(empty_database)
+    assert "study_id" not in _columns(empty_database, "runs")
     downgrade(empty_database, "0001")
     assert "v" not in _columns(empty_database, "runs")
     downgrade(empty_database, "base")

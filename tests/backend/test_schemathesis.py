@@ -34,7 +34,7 @@ from tests.backend.conftest import RecordingDispatcher
 from tests.backend.live_server import serve
 
 MAX_EXAMPLES = 25  # per operation: ~30 operations, about 750 requests, stay well under a minute
-STREAMING = {"/api/runs/events", "/api/runs/{run_id}/events"}
+STREAMING = {"/api/runs/events", "/api/runs/{run_id}/events", "/api/studies/{study_id}/events"}
 CHECKS = [
     not_a_server_error,
     status_code_conformance,

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 import redis
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.db.models import Run, Study
 from backend.runtime.celery_dispatch import CeleryRunExecutor
 from backend.runtime.lifecycle import RunStore
 from backend.settings import Settings
@@ -65,6 +67,27 @@ def test_a_queued_run_without_a_message_is_resent_on_the_second_sweep(
     assert reaper.sweep().resent == [lost]
     assert _sent(settings) == [waiting, lost]
     assert reaper.sweep().resent == []  # marked now
+
+
+def test_a_deferred_run_of_a_full_study_waits_without_messages_until_a_slot_frees(
+    reaper: Reaper, session_factory: sessionmaker[Session], settings: Settings
+) -> None:
+    with session_factory() as session:
+        study = Study(name="s", definition={}, cells=[], concurrency=1)
+        session.add(study)
+        session.commit()
+    running = add_run(
+        session_factory, status="running", lease_owner="alive:1:t", lease_in_s=30, study_id=study.id
+    )
+    deferred = add_run(session_factory, study_id=study.id)  # its claim was refused: no message
+    assert reaper.sweep().resent == [] and reaper.sweep().resent == []  # the study is full
+    assert _sent(settings) == []
+    with session_factory() as session:  # the worker that ran it died after finishing, before sending
+        session.execute(update(Run).where(Run.id == running).values(status="succeeded", lease_owner=None))
+        session.commit()
+    assert reaper.sweep().resent == []
+    assert reaper.sweep().resent == [deferred]
+    assert _sent(settings) == [deferred]
 
 
 def test_finished_runs_are_left_alone(

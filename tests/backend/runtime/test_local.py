@@ -165,8 +165,8 @@ def test_recover_requeues_runs_whose_lease_expired(
     )
     dispatcher = app_factory().state.dispatcher
     assert dispatcher.recover() == [stale]
-    assert lifecycle.queued_run_ids(RunStore(session_factory), 10) == [stale]
-    assert live not in lifecycle.queued_run_ids(RunStore(session_factory), 10)
+    assert lifecycle.startable_run_ids(RunStore(session_factory), 10) == [stale]
+    assert live not in lifecycle.startable_run_ids(RunStore(session_factory), 10)
 
 
 @pytest.mark.deployments("embedded")

@@ -1,0 +1,1 @@
+"""Studies: many runs over a grid of config values, executed together and compared per cell."""

@@ -1,0 +1,168 @@
+"""Request and response bodies of studies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, JsonValue, model_validator
+
+from backend.params import MAX_ID
+from backend.request_body import Integral, StrictBody
+from backend.runs.schemas import RunStatus
+from backend.text_input import StoredStr
+
+MAX_BASES = 20
+MAX_AXES = 10
+MAX_AXIS_VALUES = 1000
+FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$"
+
+StudyMode = Literal["grid", "zip"]
+StudyStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+ExportFormat = Literal["csv", "parquet", "html"]
+
+
+class StudyBase(StrictBody):
+    """A base config: inline or a saved experiment's, with the name its cells show."""
+
+    name: StoredStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="the base's name in the cells (default: the config's or the experiment's name); "
+        "unique within the study",
+    )
+    config: dict[str, Any] | None = Field(
+        default=None, description="an inline experiment config; schema at GET /api/config/schema"
+    )
+    experiment_id: Integral | None = Field(default=None, ge=1, le=MAX_ID, description="or a saved experiment")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StudyBase:
+        if (self.experiment_id is None) == (self.config is None):
+            raise ValueError("give exactly one of experiment_id and config")
+        return self
+
+
+class StudyAxis(StrictBody):
+    field: StoredStr = Field(
+        min_length=1,
+        max_length=200,
+        pattern=FIELD_PATH,
+        description="a dotted config field path (scheduler.V, network.cpu_hz.low); 'seed' repeats every "
+        "cell over seeds (a cell's summary is the mean over its seeds)",
+    )
+    values: list[JsonValue] = Field(
+        min_length=1, max_length=MAX_AXIS_VALUES, description="the field's values"
+    )
+
+
+class StudyCreate(StrictBody):
+    name: StoredStr = Field(min_length=1, max_length=200)
+    bases: list[StudyBase] = Field(
+        min_length=1,
+        max_length=MAX_BASES,
+        description="base configs; several (e.g. two scenarios whose model and data differ) form an "
+        "outermost axis named 'base'",
+    )
+    axes: list[StudyAxis] = Field(default_factory=list, max_length=MAX_AXES)
+    mode: StudyMode = Field(
+        default="grid", description="grid: every combination of the axes' values; zip: row i of every axis"
+    )
+    concurrency: Integral = Field(default=4, ge=1, le=1000, description="most runs of the study at once")
+    baseline: dict[str, JsonValue] | None = Field(
+        default=None,
+        max_length=MAX_AXES + 1,
+        description="the baseline of each cell's ratios, by axis values ('base' names a base): "
+        '{"scheduler.policy": "uniform"} compares every cell with the uniform cell of its base and '
+        "other values",
+    )
+
+
+class StudyProgress(BaseModel):
+    status: StudyStatus = Field(
+        description="derived from the runs: running while any runs or waits among finished ones; "
+        "succeeded when all did; else failed if any failed, else cancelled; queued before any started"
+    )
+    runs_total: int
+    runs_done: int = Field(description="runs that succeeded, failed or were cancelled")
+    runs_by_status: dict[str, int]
+    rounds_done: int
+    rounds_total: int
+
+
+class StudyOut(BaseModel):
+    id: int
+    name: str
+    owner_id: int | None
+    owner_name: str | None
+    created_at: datetime
+    mode: StudyMode
+    concurrency: int
+    num_cells: int
+    progress: StudyProgress
+
+
+class StudyPage(BaseModel):
+    items: list[StudyOut]
+    total: int
+    limit: int
+    offset: int
+
+
+class MetricSummary(BaseModel):
+    mean: float | None = Field(description="mean over the cell's runs that have the figure")
+    ci95_low: float | None = Field(description="Student-t 95 % interval of the mean (null below 2 runs)")
+    ci95_high: float | None
+    n: int = Field(description="runs the mean is over")
+
+
+class MetricInfo(BaseModel):
+    name: str
+    unit: str
+    description: str
+
+
+class StudyCellRun(BaseModel):
+    id: int
+    seed: int
+    status: RunStatus
+    rounds_done: int
+    total_rounds: int
+    error: str | None
+
+
+class StudyCell(BaseModel):
+    index: int
+    base: str
+    values: dict[str, JsonValue] = Field(description="the cell's axis values (seed excluded)")
+    label: str
+    runs: list[StudyCellRun]
+    metrics: dict[str, MetricSummary]
+    baseline_cell: int | None = Field(description="the cell the ratios are against (null: none)")
+    ratios: dict[str, float | None] = Field(description="metric mean / the baseline cell's")
+
+
+class StudyDetail(StudyOut):
+    definition: dict[str, Any] = Field(description="the study as submitted (bases, axes, mode, baseline)")
+    axes: list[str] = Field(description="the axes that tell cells apart (seed excluded)")
+    seeds: list[int]
+    target_eval_loss: float | None
+    metrics: list[MetricInfo]
+    cells: list[StudyCell]
+    last_event_id: str = Field(
+        description="the live head when the study was read: GET /api/studies/{id}/events?after=<it>"
+    )
+
+
+class StudyActionOut(BaseModel):
+    study: StudyOut
+    runs_changed: int = Field(
+        description="cancel: runs cancelled now or asked to stop after their round; resume: runs queued again"
+    )
+
+
+class StudyPreset(BaseModel):
+    name: str
+    description: str
+    definition: dict[str, Any] = Field(description="a body for POST /api/studies")

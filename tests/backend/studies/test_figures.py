@@ -1,0 +1,37 @@
+"""A run's figures from its rows: time to a target eval loss, final eval metrics, per-sample latency."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.studies.figures import RunRows, metric_infos, run_figures
+
+
+def _rows() -> RunRows:
+    return RunRows(
+        samples_per_microbatch=8,
+        latency_s=[2.0, 3.0, 4.0, 5.0],
+        eval_loss=[None, 1.5, 0.9, None],
+        microbatches=[4, 4, 2, 2],
+        eval_metrics=[{}, {"eval_accuracy": 0.5}, {"eval_accuracy": 0.7}, {}],
+        compute_per_round=[(4.0, 2), (6.0, 2), (4.0, 2), (5.0, 2)],
+        energy_over_budget=[0.5, 1.2, 0.9],
+    )
+
+
+def test_time_to_target_sums_modeled_latency_until_the_eval_loss_reaches_it() -> None:
+    assert run_figures(_rows(), 1.5)["time_to_target_s"] == 5.0
+    assert run_figures(_rows(), 1.0)["time_to_target_s"] == 9.0
+    assert run_figures(_rows(), 0.1)["time_to_target_s"] is None  # never reached
+    assert run_figures(_rows(), None)["time_to_target_s"] is None
+
+
+def test_the_other_figures_of_a_run() -> None:
+    figures = run_figures(_rows(), None)
+    assert figures["mean_latency_s"] == 3.5
+    assert figures["latency_per_sample_s"] == pytest.approx(14.0 / (8 * 12))
+    assert figures["efficiency"] == pytest.approx((1.0 + 1.0 + 0.5 + 0.5) / 4)
+    assert figures["energy_over_budget_max"] == 1.2
+    assert (figures["final_eval_loss"], figures["final_eval_accuracy"]) == (0.9, 0.7)
+    names = [m.name for m in metric_infos(figures)]
+    assert names[-1] == "final_eval_accuracy" and names.count("final_eval_loss") == 1
