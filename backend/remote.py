@@ -1,4 +1,5 @@
-"""``collapipe remote``: submit, list, watch and export runs of a CollaPipe server over HTTP.
+"""``collapipe remote``: submit, list, watch and export runs of a CollaPipe server over HTTP, and
+(``collapipe remote study ...``) submit, watch and export studies.
 
 The server comes from --server or COLLAPIPE_SERVER (default http://127.0.0.1:8000), the API token
 from --token or COLLAPIPE_TOKEN. Errors print the server's message and field details and exit 2.
@@ -18,6 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 remote_app = typer.Typer(no_args_is_help=True, help="Use a CollaPipe server: submit, ls, watch, export")
+study_app = typer.Typer(no_args_is_help=True, help="Studies on a CollaPipe server: submit, watch, export")
+remote_app.add_typer(study_app, name="study")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -44,14 +47,21 @@ def _checked(response: httpx.Response) -> httpx.Response:
     try:
         error = response.json()["error"]
         details = error.get("details") or []
-        lines = [error["message"]] + [
-            f"  - {d['field']}: {d['message']} (got {d.get('value')!r})"
-            for d in details
-            if isinstance(d, dict)
-        ]
+        lines = [error["message"]] + [_detail_line(d) for d in details if isinstance(d, dict)]
     except (ValueError, KeyError, TypeError):
         lines = [response.text[:500]]
     raise _fail(f"{response.status_code} from {response.request.url.path}: " + "\n".join(lines))
+
+
+def _detail_line(detail: dict[str, Any]) -> str:
+    """One field problem; a study's bad cell also names the cell, its base and values."""
+    line = f"{detail['field']}: {detail['message']} (got {detail.get('value')!r})"
+    if "cell" in detail:
+        values = ", ".join(f"{k}={v!r}" for k, v in (detail.get("values") or {}).items())
+        line = f"cell {detail['cell']} ({detail.get('base')}: {values}): {line}"
+        if detail.get("seeds"):
+            line += f" for seeds {detail['seeds']}"
+    return f"  - {line}"
 
 
 def _request(client: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -195,5 +205,116 @@ def export(
             client, "GET", f"/api/runs/{run_id}/export", params={"format": format, "table": table}
         )
     path = out or Path(f"run-{run_id}-{table}.{format}")
+    path.write_bytes(response.content)
+    err_console.print(f"wrote {path} ({len(response.content)} bytes)", highlight=False)
+
+
+# -- studies ---------------------------------------------------------------------------------------
+
+
+@study_app.command("submit")
+def submit_study(
+    study_path: Annotated[Path, typer.Argument(help="study file (YAML or JSON; docs/studies.md)")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Submit a study file (config_file read relative to it); print the study id or every bad cell."""
+    import yaml
+
+    from backend.studies.presets import load_study_file
+
+    try:
+        _description, body = load_study_file(study_path)
+    except (OSError, ValueError, TypeError, yaml.YAMLError) as err:
+        raise _fail(f"{study_path}: {err}") from None
+    with _client(server, token) as client:
+        study = _request(client, "POST", "/api/studies", json=body).json()
+    progress = study["progress"]
+    if json_output:
+        print(
+            json.dumps(
+                {"study_id": study["id"], "num_cells": study["num_cells"], "num_runs": progress["runs_total"]}
+            )
+        )
+        return
+    print(study["id"])
+    err_console.print(
+        f"study {study['id']} ({study['name']}): {study['num_cells']} cells, {progress['runs_total']} runs",
+        highlight=False,
+    )
+
+
+def _study_progress(client: httpx.Client, study_id: int) -> dict[str, Any]:
+    progress: dict[str, Any] = _request(client, "GET", f"/api/studies/{study_id}").json()["progress"]
+    return progress
+
+
+@study_app.command("watch")
+def watch_study(
+    study_id: Annotated[int, typer.Argument(help="study id")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+) -> None:
+    """Follow a study's runs and rounds until every run ends; exit 0 if all succeeded, 1 otherwise."""
+    with _client(server, token, timeout_s=None) as client:
+        study = _request(client, "GET", f"/api/studies/{study_id}").json()
+        state, last_id = study["progress"], study["last_event_id"]
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+        )
+        with Progress(*columns, console=err_console) as progress:
+            runs = progress.add_task("runs", total=state["runs_total"], status=state["status"])
+            rounds = progress.add_task("rounds", total=state["rounds_total"], status="")
+
+            def show(state: dict[str, Any]) -> None:
+                progress.update(runs, completed=state["runs_done"], status=state["status"])
+                progress.update(rounds, completed=state["rounds_done"])
+
+            show(state)
+            while state["runs_done"] < state["runs_total"]:
+                try:
+                    with client.stream(
+                        "GET", f"/api/studies/{study_id}/events", headers={"Last-Event-ID": last_id}
+                    ) as response:
+                        if response.status_code != 204:
+                            _checked(response)
+                            for event_id, kind, data in _sse(response):
+                                last_id = event_id or last_id
+                                if kind == "study":
+                                    show(data)
+                                elif kind == "status" and data["status"] == "failed":
+                                    progress.console.print(
+                                        f"run {data['run_id']} failed: {data['error']}", highlight=False
+                                    )
+                except httpx.TransportError:
+                    pass  # reconnect after the last event seen
+                state = _study_progress(client, study_id)  # the stream ended: every run finished?
+                show(state)
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(state["runs_by_status"].items()))
+    console.print(
+        f"study {study_id}: {state['status']} ({state['runs_done']}/{state['runs_total']} runs: {counts}; "
+        f"{state['rounds_done']}/{state['rounds_total']} rounds)",
+        highlight=False,
+    )
+    raise typer.Exit(code=0 if state["status"] == "succeeded" else 1)
+
+
+@study_app.command("export")
+def export_study(
+    study_id: Annotated[int, typer.Argument(help="study id")],
+    server: Server = DEFAULT_SERVER,
+    token: Token = None,
+    format: Annotated[str, typer.Option(help="csv | parquet | html")] = "csv",
+    out: Annotated[Path | None, typer.Option(help="file to write (default study-<id>.<format>)")] = None,
+) -> None:
+    """Download a study's summary table (CSV, Parquet) or its self-contained HTML report."""
+    with _client(server, token, timeout_s=300) as client:
+        response = _request(client, "GET", f"/api/studies/{study_id}/export", params={"format": format})
+    path = out or Path(f"study-{study_id}.{format}")
     path.write_bytes(response.content)
     err_console.print(f"wrote {path} ({len(response.content)} bytes)", highlight=False)

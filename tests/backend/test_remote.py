@@ -1,10 +1,14 @@
-"""`collapipe remote`: submit, ls, watch, export against a real server; errors exit 2 with the reason.
+"""`collapipe remote`: submit, ls, watch, export of runs and of studies against a real server; errors
+exit 2 with the reason.
 
-The submitted run is held, then released to the deployment's executor while ``watch`` follows it.
+The submitted run (or study) is held, then released to the deployment's executor while ``watch``
+follows it.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -76,3 +80,69 @@ def test_a_bad_token_is_reported(server: RecordingDispatcher, tmp_path: Path) ->
 def test_an_unreachable_server_is_reported(tmp_path: Path) -> None:
     result = runner.invoke(remote_app, ["ls", "--server", "http://127.0.0.1:9"])
     assert result.exit_code == 2 and "cannot reach" in result.output
+
+
+def _study_file(tmp_path: Path, policies: list[str]) -> Path:
+    (tmp_path / "base.json").write_text(json.dumps(tiny_config(training={"rounds": 3})))
+    path = tmp_path / "study.yaml"
+    path.write_text(
+        "name: cli study\n"
+        "bases:\n  - name: tiny\n    config_file: base.json\n"
+        f"axes:\n  - field: scheduler.policy\n    values: {json.dumps(policies)}\n"
+        "  - field: seed\n    values: [0]\n"
+        "concurrency: 2\n"
+    )
+    return path
+
+
+def test_study_submit_watch_export(server: RecordingDispatcher, tmp_path: Path) -> None:
+    submitted = runner.invoke(
+        remote_app, ["study", "submit", str(_study_file(tmp_path, ["uniform", "proportional"])), "--json"]
+    )
+    assert submitted.exit_code == 0, submitted.output
+    created = json.loads(submitted.stdout)
+    assert (created["num_cells"], created["num_runs"]) == (2, 2)
+    study_id = created["study_id"]
+
+    worker = threading.Timer(0.5, server.release)  # the runs start while watch is following the study
+    worker.start()
+    watched = runner.invoke(remote_app, ["study", "watch", str(study_id)])
+    worker.join()
+    assert watched.exit_code == 0, watched.output
+    assert f"study {study_id}: succeeded (2/2 runs: 2 succeeded; 6/6 rounds)" in watched.stdout
+
+    out = tmp_path / "table.csv"
+    exported = runner.invoke(remote_app, ["study", "export", str(study_id), "--out", str(out)])
+    assert exported.exit_code == 0, exported.output
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert [row["scheduler.policy"] for row in rows] == ["uniform", "proportional"]
+    parquet = tmp_path / "table.parquet"
+    exported = runner.invoke(
+        remote_app, ["study", "export", str(study_id), "--format", "parquet", "--out", str(parquet)]
+    )
+    assert exported.exit_code == 0, exported.output
+    assert pq.read_table(parquet).num_rows == 2
+    report = tmp_path / "report.html"
+    exported = runner.invoke(
+        remote_app, ["study", "export", str(study_id), "--format", "html", "--out", str(report)]
+    )
+    assert exported.exit_code == 0, exported.output
+    assert "cli study" in report.read_text()
+
+    # a finished study: watch reports at once
+    again = runner.invoke(remote_app, ["study", "watch", str(study_id)])
+    assert again.exit_code == 0 and f"study {study_id}: succeeded" in again.stdout
+
+
+def test_a_study_with_a_bad_cell_is_refused_naming_the_cell(
+    server: RecordingDispatcher, tmp_path: Path
+) -> None:
+    result = runner.invoke(remote_app, ["study", "submit", str(_study_file(tmp_path, ["uniform", "nope"]))])
+    assert result.exit_code == 2, result.output
+    assert "422" in result.output and "cell 1 (tiny: scheduler.policy='nope')" in result.output
+    assert server.enqueued == []
+
+
+def test_an_unreadable_study_file_is_reported(tmp_path: Path) -> None:
+    result = runner.invoke(remote_app, ["study", "submit", str(tmp_path / "missing.yaml")])
+    assert result.exit_code == 2 and "missing.yaml" in result.output
