@@ -63,6 +63,11 @@ class User(Base):
     must_change_password: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
+    @property
+    def active(self) -> bool:
+        """A deactivated user has no password (cannot log in) and no live session or token."""
+        return self.password_hash is not None
+
 
 class ApiToken(Base):
     __tablename__ = "api_tokens"

@@ -26,6 +26,22 @@ def count_admins(session: Session) -> int:
     return int(session.scalar(select(func.count()).select_from(User).where(User.role == "admin")) or 0)
 
 
+def count_active_admins(session: Session) -> int:
+    query = (
+        select(func.count()).select_from(User).where(User.role == "admin", User.password_hash.is_not(None))
+    )
+    return int(session.scalar(query) or 0)
+
+
+def revoke_user_tokens(session: Session, user_id: int, now: datetime) -> None:
+    session.execute(
+        update(ApiToken)
+        .where(ApiToken.user_id == user_id, ApiToken.revoked_at.is_(None))
+        .values(revoked_at=now)
+        .execution_options(synchronize_session=False)
+    )
+
+
 def count_users(session: Session) -> int:
     return int(session.scalar(select(func.count()).select_from(User)) or 0)
 

@@ -121,6 +121,13 @@ def update_user(user_id: IdPath, body: UserUpdate, session: SessionDep, admin: A
     return UserOut.model_validate(service.update_user(session, admin, user_id, body))
 
 
+@admin_router.post("/users/{user_id}/deactivate", responses=CONFLICT)
+def deactivate_user(user_id: IdPath, session: SessionDep, admin: AdminUser) -> UserOut:
+    """End the user's access (no login, sessions ended, tokens revoked) and keep their runs; give
+    them a new password (PATCH) to reactivate them."""
+    return UserOut.model_validate(service.deactivate_user(session, admin, user_id))
+
+
 @admin_router.delete("/users/{user_id}", status_code=status.HTTP_204_NO_CONTENT, responses=CONFLICT)
 def delete_user(user_id: IdPath, session: SessionDep, admin: AdminUser) -> Response:
     service.delete_user(session, admin, user_id)

@@ -27,6 +27,7 @@ class UserOut(BaseModel):
     username: str
     role: Role
     must_change_password: bool
+    active: bool = Field(description="false once deactivated: no login, sessions ended, tokens revoked")
     created_at: datetime
 
 

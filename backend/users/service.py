@@ -112,6 +112,22 @@ def delete_user(session: Session, actor: User, user_id: int) -> None:
     repo.delete_user(session, user)
 
 
+def deactivate_user(session: Session, actor: User, user_id: int) -> User:
+    """The user can no longer log in: password cleared, sessions ended, tokens revoked; their runs
+    stay. An admin gives them a new password (PATCH) to reactivate them. Deactivating twice is harmless."""
+    user = get_user(session, user_id)
+    if user.id == actor.id:
+        raise Conflict("you cannot deactivate yourself; ask another admin")
+    if user.active and user.role == "admin" and repo.count_active_admins(session) <= 1:
+        raise Conflict("cannot deactivate the last active admin; make another user admin first")
+    user.password_hash = None
+    user.must_change_password = False
+    repo.delete_user_sessions(session, user.id)
+    repo.revoke_user_tokens(session, user.id, utcnow())
+    session.flush()
+    return user
+
+
 def change_password(session: Session, user: User, current: str, new: str) -> None:
     if not verify_password(user.password_hash, current):
         raise InvalidInput(

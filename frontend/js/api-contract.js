@@ -10,6 +10,16 @@ export const API_CONTRACT = {
   "POST /api/auth/login": ["username", "role", "must_change_password"],
   "GET /api/auth/me": ["username", "role", "must_change_password"],
   "POST /api/auth/logout": [],
+  "POST /api/auth/password": [],
+  "GET /api/users": ["[].id", "[].username", "[].role", "[].active", "[].created_at"],
+  "POST /api/users": ["username"],
+  "PATCH /api/users/{user_id}": [],
+  "POST /api/users/{user_id}/deactivate": [],
+  "GET /api/tokens": [
+    "[].id", "[].user_id", "[].name", "[].created_at", "[].revoked_at", "[].last_used_at"
+  ],
+  "POST /api/tokens": ["name", "token"],
+  "DELETE /api/tokens/{token_id}": [],
   "GET /api/config/schema": [],
   "POST /api/config/validate": [],
   "POST /api/config/preflight": [],
@@ -53,6 +63,24 @@ export const API_CONTRACT = {
     "events[].kind", "events[].microbatch", "events[].start_s", "events[].end_s", "events[].peer"
   ],
   "GET /api/runs/{run_id}/export": [],
+  "GET /api/studies": [
+    "total", "items[].id", "items[].name", "items[].progress.status", "items[].progress.runs_done",
+    "items[].progress.runs_total", "items[].num_cells", "items[].owner_name", "items[].created_at"
+  ],
+  "POST /api/studies": ["id"],
+  "GET /api/studies/presets": ["[].name", "[].description", "[].definition"],
+  "GET /api/studies/{study_id}": [
+    "name", "axes", "last_event_id", "metrics[].name", "metrics[].unit", "metrics[].description",
+    "progress.status", "progress.runs_done", "progress.runs_total", "progress.rounds_done",
+    "progress.rounds_total", "progress.runs_by_status", "cells[].index", "cells[].label",
+    "cells[].base", "cells[].values", "cells[].baseline_cell", "cells[].ratios",
+    "cells[].metrics{}.mean", "cells[].metrics{}.ci95_low", "cells[].metrics{}.ci95_high",
+    "cells[].runs[].id", "cells[].runs[].seed", "cells[].runs[].status"
+  ],
+  "POST /api/studies/{study_id}/cancel": ["runs_changed"],
+  "POST /api/studies/{study_id}/resume": ["runs_changed"],
+  "GET /api/studies/{study_id}/export": [],
+  "GET /api/studies/{study_id}/events": [],
   "GET /api/compare": [
     "baseline_run_id", "runs[].run_id", "runs[].name", "runs[].policy", "runs[].rounds_done",
     "runs[].mean_latency_s", "runs[].efficiency", "runs[].peak_memory_bytes",

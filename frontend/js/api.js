@@ -59,6 +59,7 @@ export async function request(path, { method = 'GET', body, bytes, signal, quiet
 
 export const get = (path, params, options) => request(path + qs(params), options);
 export const post = (path, body, options) => request(path, { ...options, method: 'POST', body });
+export const patch = (path, body, options) => request(path, { ...options, method: 'PATCH', body });
 export const del = (path, options) => request(path, { ...options, method: 'DELETE' });
 /** PUT a file's bytes as the request body (``params`` as the query string, e.g. {overwrite: true}). */
 export const putBytes = (path, bytes, params, options) => request(path + qs(params), { ...options, method: 'PUT', bytes });

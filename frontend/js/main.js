@@ -1,4 +1,5 @@
-// Boot: who is signed in, then a hash router (#/runs, #/runs/12, #/launch, #/compare?ids=1,2, #/data).
+// Boot: who is signed in, then a hash router (#/runs, #/runs/12, #/launch, #/compare?ids=1,2, #/data,
+// #/studies, #/studies/3, #/users).
 // Each view is mount(main, params) -> { unmount() }: unmount closes its streams and charts.
 
 import { post, setUnauthenticatedHandler } from './api.js';
@@ -11,6 +12,10 @@ import { mountRun } from './views/run.js';
 import { mountLaunch } from './views/launch.js';
 import { mountCompare } from './views/compare.js';
 import { mountData } from './views/data.js';
+import { mountUsers } from './views/users.js';
+import { mountStudies } from './views/studies.js';
+import { mountStudy } from './views/study.js';
+import { openPasswordDialog } from './users/password-dialog.js';
 
 const main = document.getElementById('main');
 const header = document.getElementById('app-header');
@@ -29,6 +34,9 @@ function route() {
   if (parts[0] === 'launch') return { nav: 'launch', mount: mountLaunch, params: { query } };
   if (parts[0] === 'compare') return { nav: 'compare', mount: mountCompare, params: { query } };
   if (parts[0] === 'data') return { nav: 'data', mount: mountData, params: { query } };
+  if (parts[0] === 'studies' && parts[1]) return { nav: 'studies', mount: mountStudy, params: { studyId: Number(parts[1]), query } };
+  if (parts[0] === 'studies') return { nav: 'studies', mount: mountStudies, params: { query } };
+  if (parts[0] === 'users') return { nav: 'users', mount: mountUsers, params: { query } };
   return { nav: 'runs', mount: mountRuns, params: { query } };
 }
 
@@ -74,7 +82,7 @@ function renderHeader() {
   const banner = document.getElementById('banner');
   banner.hidden = !me.must_change_password;
   if (me.must_change_password) {
-    banner.textContent = 'Your password was set by an administrator: change it with POST /api/auth/password.';
+    banner.textContent = 'Your password was set by an administrator: choose your own with “Change password” at the top right.';
   }
 }
 
@@ -83,6 +91,15 @@ async function start() {
   renderHeader();
   render();
 }
+
+document.getElementById('change-password').addEventListener('click', () => {
+  openPasswordDialog({
+    onChanged() {
+      setUser({ ...user(), must_change_password: false });
+      renderHeader();
+    },
+  });
+});
 
 document.getElementById('logout').addEventListener('click', async () => {
   try {

@@ -73,9 +73,11 @@ function field(name, label, input, help) {
 export function openForkDialog(run) {
   const maxRound = Math.max(0, Math.min(run.rounds_done, run.total_rounds - 1));
   const round = h('input', { type: 'number', min: 0, max: maxRound, step: 1, value: maxRound, inputmode: 'numeric' });
-  const policyNames = h('datalist', { id: uid('fork-policies') });
-  const policy = h('input', { type: 'text', value: run.policy, list: policyNames.id });
-  get('/api/config/policies').then((names) => policyNames.append(...names.map((p) => h('option', { value: p })))).catch(() => {});
+  // a choice of the server's policies (no free text); the parent's stays first and selected
+  const policy = h('select', {}, h('option', { value: run.policy }, run.policy));
+  get('/api/config/policies')
+    .then((names) => policy.append(...names.filter((p) => p !== run.policy).map((p) => h('option', { value: p }, p))))
+    .catch(() => {});
   const V = h('input', { type: 'text', inputmode: 'decimal', placeholder: 'unchanged' });
   const segments = h('input', { type: 'text', placeholder: 'unchanged, e.g. 1,2,1,0' });
   const summary = h('div.error-summary', { role: 'alert', hidden: true });
@@ -89,7 +91,6 @@ export function openForkDialog(run) {
     summary,
     field('round', 'Start at round k', round, `0 … ${maxRound}`),
     field('policy', 'Policy', policy, 'from round k on'),
-    policyNames,
     field('V', 'V (Lyapunov trade-off)', V, 'empty: keep the parent\'s'),
     field('segments', 'Segments (TEBs per device)', segments, 'policy "fixed" only; comma-separated'),
     h('div.row', {}, submit, close),
@@ -102,7 +103,7 @@ export function openForkDialog(run) {
     event.preventDefault();
     clearErrors(form, summary);
     const body = { round: numberOrText(round.value) };
-    if (policy.value.trim() && policy.value.trim() !== run.policy) body.policy = policy.value.trim();
+    if (policy.value !== run.policy) body.policy = policy.value;
     if (V.value.trim()) body.V = numberOrText(V.value);
     if (segments.value.trim()) body.segments = segments.value.split(',').map((s) => numberOrText(s));
     submit.disabled = true;

@@ -81,6 +81,7 @@ MATRIX = [
     Endpoint("GET", "/api/tokens", "admin"),
     Endpoint("POST", "/api/tokens", "admin", {"name": "matrix"}),
     Endpoint("DELETE", "/api/tokens/{token}", "admin"),
+    Endpoint("POST", "/api/users/{user}/deactivate", "admin"),
     Endpoint("DELETE", "/api/users/{user}", "admin"),
     Endpoint("DELETE", "/api/runs/{run}", "admin"),
     Endpoint("DELETE", "/api/experiments/{experiment}", "admin"),

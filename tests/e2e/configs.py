@@ -27,12 +27,13 @@ def quickstart() -> dict[str, Any]:
 
 
 def tiny(rounds: int, executor: str = "simulated", **scheduler: Any) -> dict[str, Any]:
-    """The quickstart with TINY_OVERRIDES applied (and ``rounds``, ``executor``, scheduler fields)."""
+    """The quickstart with TINY_OVERRIDES applied (and ``rounds``, ``executor``, scheduler fields;
+    the policy is uniform unless given: the shared runs' rounds all use the same micro-batches)."""
     config = quickstart()
     for dotted, text in TINY_OVERRIDES.items():
         section, field = dotted.split(".")
         config[section][field] = int(text)
     config["training"]["rounds"] = rounds
     config["executor"] = executor
-    config["scheduler"].update(scheduler)
+    config["scheduler"].update({"policy": "uniform", **scheduler})
     return config

@@ -136,7 +136,7 @@ def counted_api_requests(page: Page) -> list[str]:
     return urls
 
 
-Login = Callable[[str], Page]
+Login = Callable[..., Page]
 
 
 @pytest.fixture
@@ -144,7 +144,14 @@ def login(browser: Browser, server: Server, request: pytest.FixtureRequest) -> I
     """login(role) -> a page signed in as the test user of that role, in a fresh browser context."""
     contexts: list[tuple[BrowserContext, RequestGuard, list[Page]]] = []
 
-    def open_as(role: str, width: int = 1280, height: int = 900) -> Page:
+    def open_as(
+        role: str,
+        width: int = 1280,
+        height: int = 900,
+        username: str | None = None,
+        password: str | None = None,
+    ) -> Page:
+        """Sign in as the test user of ``role``, or as ``username``/``password`` who has that role."""
         context = browser.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
         guard = RequestGuard(context)
         page = context.new_page()
@@ -153,8 +160,8 @@ def login(browser: Browser, server: Server, request: pytest.FixtureRequest) -> I
         page.errors = errors  # type: ignore[attr-defined]
         contexts.append((context, guard, [page]))
         page.goto(f"{server.url}/")
-        page.get_by_label("Username").fill(USERNAMES[role])
-        page.get_by_label("Password").fill(PASSWORDS[role])
+        page.get_by_label("Username").fill(username or USERNAMES[role])
+        page.get_by_label("Password").fill(password or PASSWORDS[role])
         page.get_by_role("button", name="Log in").click()
         expect(page.locator("#user-role")).to_have_text(role)
         return page

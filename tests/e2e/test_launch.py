@@ -91,7 +91,7 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
     preflight = page.locator("#preflight")
     expect(preflight).to_have_attribute("data-state", "modeled")  # round 0 on the cost model
     expect(preflight).to_contain_text("Peak memory use")
-    expect(preflight).to_contain_text("policy uniform")
+    expect(preflight).to_contain_text("policy dssda")
     expect(preflight.locator(".main-svg").first).to_be_visible()
     screenshot(page, "launch-preflight")
 
@@ -248,9 +248,12 @@ def test_choose_an_uploaded_dataset_from_the_suggestions(login: Login, server: S
     open_form(page, server)
     for path, value in TINY_OVERRIDES.items():
         field(page, path).locator("input").fill(value)
-    # the policy field suggests the server's policies (GET /api/config/policies)
-    picker = page.get_by_label("policy: choose from the server's policies")
-    assert picker.locator("option:not([value=''])").all_inner_texts() == policies
+    # the policy is a choice of the server's policies (GET /api/config/policies), no free text
+    policy = field(page, "scheduler.policy").locator("select")
+    assert policy.locator("option").all_inner_texts() == policies
+    expect(policy).to_have_value("dssda")  # the quickstart's
+    expect(field(page, "scheduler.policy").locator("input")).to_have_count(0)
+    policy.select_option("uniform")
 
     page.get_by_label("dataset", exact=True).select_option("files")
     page.get_by_label("set files").check()

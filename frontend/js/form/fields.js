@@ -2,7 +2,7 @@
 // Values typed in a field go to the API as typed when they are not numbers, so the API's own message
 // ("Input should be a valid number") comes back for that field: the browser does not second-guess it.
 
-import { h, uid } from '../dom.js';
+import { h, clear, uid } from '../dom.js';
 import { numberForInput } from '../format.js';
 
 /** Parse a typed number; text that is not a number is returned unchanged for the API to refuse. */
@@ -80,6 +80,38 @@ export function textField(path, label, spec, nullable, { suggest } = {}) {
     },
     set(value) {
       input.value = value ?? '';
+    },
+  };
+}
+
+/**
+ * One of the names the server lists (``choices``, a Suggestions: e.g. its policies) as a select. A
+ * value the server does not list (a config written elsewhere) stays selected, marked as such, so the
+ * API refuses it with its own message instead of the form silently picking another.
+ */
+export function choiceField(path, label, spec, choices) {
+  const select = h('select', { name: path, 'data-choices': choices.kind });
+  let wanted = spec.default ?? '';
+  function render() {
+    const options = choices.values.map((v) => h('option', { value: v }, v));
+    if (wanted !== '' && !choices.values.includes(wanted)) {
+      const note = choices.loaded ? ' (not on this server)' : '';
+      options.unshift(h('option', { value: wanted }, `${wanted}${note}`));
+    }
+    clear(select).append(...options);
+    select.value = wanted;
+  }
+  select.addEventListener('change', () => {
+    wanted = select.value;
+  });
+  choices.onChange(render);
+  render();
+  return {
+    el: fieldShell(path, label, select, spec),
+    get: () => wanted,
+    set(value) {
+      wanted = value ?? spec.default ?? '';
+      render();
     },
   };
 }

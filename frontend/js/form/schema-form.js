@@ -3,9 +3,9 @@
 // Every field carries data-path="section.field" so the API's 422 details land next to it.
 
 import { h, uid } from '../dom.js';
-import { checkboxField, jsonField, listField, numberField, selectField, textField } from './fields.js';
+import { checkboxField, choiceField, jsonField, listField, numberField, selectField, textField } from './fields.js';
 import { objectField } from './object-field.js';
-import { SUGGESTED_FIELDS, createSuggestions } from './suggestions.js';
+import { CHOICE_FIELDS, SUGGESTED_FIELDS, createSuggestions } from './suggestions.js';
 import { tableField } from './table-field.js';
 
 export const SECTIONS = ['network', 'channel', 'model', 'data', 'training', 'scheduler'];
@@ -62,6 +62,7 @@ function widgetFor(path, name, node, resolve, suggestions) {
     });
   }
   if (spec.type === 'object') return jsonField(path, name, spec, nullable); // free keys (model.hf_config)
+  if (CHOICE_FIELDS[path]) return choiceField(path, name, spec, suggestions[CHOICE_FIELDS[path]]);
   return textField(path, name, spec, nullable, { suggest: suggestions[SUGGESTED_FIELDS[path]] });
 }
 

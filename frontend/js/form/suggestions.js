@@ -1,7 +1,8 @@
 // What the server offers for fields that name something on it: its datasets, traces and checkpoints
-// (GET /api/files) and the policies a config may use (GET /api/config/policies). A text field with
-// suggestions gets a picker beside it (a select: choosing fills the field) and a datalist for typing.
-// The API still checks the name; the field stays free text (a preset may name a file not uploaded yet).
+// (GET /api/files) and the policies a config may use (GET /api/config/policies). A file field gets a
+// picker beside it (a select: choosing fills the field) and a datalist for typing; it stays free text
+// (a preset may name a file not uploaded yet). The policy is a choice among the server's policies only
+// (CHOICE_FIELDS): no import path is typed on the service.
 
 import { get } from '../api.js';
 import { h, clear, uid } from '../dom.js';
@@ -12,6 +13,10 @@ export const SUGGESTED_FIELDS = {
   'data.files.train': 'dataset',
   'data.files.eval': 'dataset',
   'network.trace_file': 'trace',
+};
+
+/** The config fields whose value is one of the server's names, chosen from a select (no typing). */
+export const CHOICE_FIELDS = {
   'scheduler.policy': 'policy',
 };
 
@@ -25,6 +30,7 @@ export class Suggestions {
     this.values = [];
     this.loaded = false;
     this.pickers = new Set();
+    this.listeners = new Set(); // choice fields re-rendered when the list arrives
     this.datalist = h('datalist', { id: uid(`suggest-${kind}`) });
   }
 
@@ -50,6 +56,12 @@ export class Suggestions {
     this.loaded = true;
     clear(this.datalist).append(...values.map((v) => h('option', { value: v })));
     for (const select of this.pickers) this.render(select);
+    for (const listener of this.listeners) listener();
+  }
+
+  /** Call ``listener`` whenever the list changes. */
+  onChange(listener) {
+    this.listeners.add(listener);
   }
 
   render(select) {

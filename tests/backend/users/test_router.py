@@ -88,3 +88,38 @@ def test_password_change_requires_the_current_password(api: Api) -> None:
     assert ok.status_code == 204
     login = api.client.post("/api/auth/login", json={"username": "viewer", "password": "another one"})
     assert login.status_code == 200 and login.json()["must_change_password"] is False
+
+
+def test_a_deactivated_user_cannot_log_in_and_their_tokens_stop(api: Api) -> None:
+    admin = api.as_("admin")
+    created = api.client.post(
+        "/api/users", json={"username": "gone", "password": "long enough", "role": "operator"}, headers=admin
+    ).json()
+    assert created["active"] is True
+    token = api.client.post(
+        "/api/tokens", json={"name": "ci", "user_id": created["id"]}, headers=admin
+    ).json()["token"]
+    assert api.client.post("/api/auth/login", json={"username": "gone", "password": "long enough"}).is_success
+    api.client.cookies.clear()
+
+    deactivated = api.client.post(f"/api/users/{created['id']}/deactivate", headers=admin)
+    assert deactivated.status_code == 200 and deactivated.json()["active"] is False
+    login = api.client.post("/api/auth/login", json={"username": "gone", "password": "long enough"})
+    assert login.status_code == 401
+    assert api.client.get("/api/auth/me", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+    listed = api.client.get("/api/tokens", headers=admin).json()
+    assert all(t["revoked_at"] is not None for t in listed if t["user_id"] == created["id"])
+
+    # a new password from an admin reactivates them
+    api.client.patch(f"/api/users/{created['id']}", json={"password": "brand new one"}, headers=admin)
+    login = api.client.post("/api/auth/login", json={"username": "gone", "password": "brand new one"})
+    assert login.status_code == 200 and login.json()["active"] is True
+
+
+def test_an_admin_cannot_deactivate_themselves_or_the_last_admin(api: Api) -> None:
+    admin = api.as_("admin")
+    response = api.client.post(f"/api/users/{api.user_ids['admin']}/deactivate", headers=admin)
+    assert response.status_code == 409 and "yourself" in response.json()["error"]["message"]
+    assert api.client.get("/api/auth/me", headers=admin).status_code == 200
+    refused = api.client.post(f"/api/users/{api.user_ids['viewer']}/deactivate", headers=api.as_("operator"))
+    assert refused.status_code == 403

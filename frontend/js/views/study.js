@@ -1,0 +1,192 @@
+// One study (#/studies/{id}): its progress, live from GET /api/studies/{id}/events (the `study`
+// frames), the summary table per cell (mean ± 95 % interval over seeds, ratios to a chosen baseline
+// cell), a figure against one axis with its interval as a band, exports (CSV, Parquet, the
+// self-contained HTML report), and cancel / resume for operators.
+
+import { get, post } from '../api.js';
+import { h, clear, progressBar, statusBadge, toast, uid } from '../dom.js';
+import { subscribe } from '../live.js';
+import { purge } from '../plot.js';
+import { can } from '../session.js';
+import { drawCiPlot, numericAxes } from '../study/ci-plot.js';
+import { summaryTable } from '../study/summary-table.js';
+
+const RELOAD_EVERY_MS = 1500; // live: the summaries are read again at most this often
+
+function control(label, input) {
+  const id = uid('study-control');
+  input.id = id;
+  return h('div.control', {}, h('label', { for: id }, label), input);
+}
+
+export function mountStudy(main, { studyId }) {
+  let closed = false;
+  let detail = null;
+  let closeStream = null;
+  let reloadTimer = null;
+  let lastReload = 0;
+  const title = h('h1', {}, `Study ${studyId}`);
+  const status = h('span');
+  const progress = h('div.row', { id: 'study-progress', 'aria-live': 'polite' });
+  const actions = h('div.row');
+  const baseline = h('select', {}, h('option', { value: '' }, 'the study\'s own'));
+  const metric = h('select');
+  const axis = h('select');
+  const exportLinks = h('div.row', { id: 'study-exports' });
+  const table = h('div', { id: 'study-summary' }, h('p.muted', {}, 'Loading…'));
+  const plotNote = h('p.small.muted');
+  const plot = h('div.chart', { id: 'study-plot', role: 'img', 'aria-label': 'figure against an axis with 95 % intervals' });
+  const page = h('div', { id: 'study-page' },
+    h('p.small', {}, h('a', { href: '#/studies' }, '← Studies')),
+    h('div.page-head', {}, title, status),
+    h('section.panel', {}, progress, actions),
+    h('section.panel', { 'aria-labelledby': 'study-table-title' },
+      h('h2', { id: 'study-table-title' }, 'Summary per cell'),
+      h('p.small.muted', {}, 'Mean over the cell\'s seeds ± the half width of its Student-t 95 % interval; × is the ratio of the mean to the baseline cell\'s.'),
+      h('div.filters', {}, control('Baseline cell', baseline)), table, exportLinks),
+    h('section.panel', { 'aria-labelledby': 'study-plot-title' },
+      h('h2', { id: 'study-plot-title' }, 'Figure against an axis'),
+      h('div.filters', {}, control('Figure', metric), control('Against', axis)), plotNote, plot));
+  main.append(page);
+
+  function renderProgress(p) {
+    status.replaceChildren(statusBadge(p.status));
+    progress.dataset.runsDone = p.runs_done;
+    progress.dataset.runsTotal = p.runs_total;
+    progress.dataset.roundsDone = p.rounds_done;
+    progress.dataset.status = p.status;
+    progress.replaceChildren(
+      h('div.control', {}, h('span.small.muted', {}, 'Runs done'), progressBar(p.runs_done, p.runs_total)),
+      h('div.control', {}, h('span.small.muted', {}, 'Rounds done'), progressBar(p.rounds_done, p.rounds_total)),
+      h('span.small.muted', {}, Object.entries(p.runs_by_status).map(([k, v]) => `${v} ${k}`).join(' · ')));
+  }
+
+  function renderActions(p) {
+    clear(actions);
+    if (!can('operator')) return;
+    const button = (name, url) => {
+      const b = h('button.btn.btn-small', { type: 'button', 'data-action': name }, name === 'cancel' ? 'Cancel study' : 'Resume study');
+      b.addEventListener('click', async () => {
+        b.disabled = true;
+        try {
+          const answer = await post(url);
+          toast(`${answer.runs_changed} run${answer.runs_changed === 1 ? '' : 's'} ${name === 'cancel' ? 'cancelled or stopping' : 'queued again'}.`);
+          load();
+          if (name === 'resume') listen();
+        } catch (error) {
+          toast(`Not done: ${error.message}`);
+        } finally {
+          b.disabled = false;
+        }
+      });
+      return b;
+    };
+    if (p.runs_done < p.runs_total) actions.append(button('cancel', `/api/studies/${studyId}/cancel`));
+    if ((p.runs_by_status.failed || 0) + (p.runs_by_status.cancelled || 0) > 0) actions.append(button('resume', `/api/studies/${studyId}/resume`));
+  }
+
+  function params() {
+    return { baseline_cell: baseline.value };
+  }
+
+  function renderExports() {
+    const link = (format, text, extra) => h('a.btn.btn-small', { href: `/api/studies/${studyId}/export?format=${format}${baseline.value ? `&baseline_cell=${baseline.value}` : ''}`, 'data-export': format, ...extra }, text);
+    exportLinks.replaceChildren(h('span.small.muted', {}, 'Export:'),
+      link('csv', 'CSV', { download: `study-${studyId}.csv` }),
+      link('parquet', 'Parquet', { download: `study-${studyId}.parquet` }),
+      link('html', 'HTML report', { download: `study-${studyId}.html` }));
+  }
+
+  function fillSelect(select, values, preferred) {
+    const keep = select.value;
+    clear(select).append(...values.map(([value, text]) => h('option', { value }, text)));
+    const wanted = values.some(([v]) => v === keep) ? keep : preferred;
+    if (wanted !== undefined && values.some(([v]) => v === wanted)) select.value = wanted;
+  }
+
+  function render() {
+    title.textContent = detail.name;
+    renderProgress(detail.progress);
+    renderActions(detail.progress);
+    const chosen = baseline.value;
+    clear(baseline).append(h('option', { value: '' }, 'the study\'s own'),
+      ...detail.cells.map((c) => h('option', { value: c.index }, c.label)));
+    baseline.value = chosen;
+    table.replaceChildren(summaryTable(detail));
+    renderExports();
+    const drawable = detail.metrics.filter((m) => detail.cells.some((c) => c.metrics[m.name]));
+    fillSelect(metric, drawable.map((m) => [m.name, m.name]), 'mean_latency_s');
+    const axes = numericAxes(detail);
+    fillSelect(axis, axes.map((a) => [a, a]), axes[axes.length - 1]);
+    drawPlot();
+    page.dataset.ready = 'true';
+  }
+
+  function drawPlot() {
+    const info = detail.metrics.find((m) => m.name === metric.value);
+    if (!info || !axis.value) {
+      plotNote.textContent = 'This study has no axis of numbers to draw against.';
+      plot.hidden = true;
+      return;
+    }
+    plot.hidden = false;
+    plotNote.textContent = '';
+    drawCiPlot(plot, detail, info, axis.value);
+  }
+
+  async function load() {
+    lastReload = Date.now();
+    try {
+      const answer = await get(`/api/studies/${studyId}`, params());
+      if (closed) return null;
+      detail = answer;
+      render();
+      return answer;
+    } catch (error) {
+      if (!closed) table.replaceChildren(h('p.bad', {}, `Cannot read study ${studyId}: ${error.message}`));
+      return null;
+    }
+  }
+
+  function scheduleReload() {
+    if (reloadTimer || closed) return;
+    const wait = Math.max(0, RELOAD_EVERY_MS - (Date.now() - lastReload));
+    reloadTimer = setTimeout(() => {
+      reloadTimer = null;
+      load();
+    }, wait);
+  }
+
+  function listen() {
+    if (closeStream || !detail || detail.progress.runs_done === detail.progress.runs_total) return;
+    closeStream = subscribe(`/api/studies/${studyId}/events?after=${encodeURIComponent(detail.last_event_id)}`, {
+      study(p) {
+        renderProgress(p);
+        if (p.runs_done === p.runs_total) {
+          closeStream?.();
+          closeStream = null;
+        }
+        scheduleReload();
+      },
+    }, {
+      onError(state) {
+        if (state === 2) closeStream = null; // the stream ended: every run is finished
+      },
+    });
+  }
+
+  baseline.addEventListener('change', () => load());
+  metric.addEventListener('change', drawPlot);
+  axis.addEventListener('change', drawPlot);
+  load().then((answer) => {
+    if (answer) listen();
+  });
+  return {
+    unmount() {
+      closed = true;
+      clearTimeout(reloadTimer);
+      if (closeStream) closeStream();
+      purge(plot);
+    },
+  };
+}

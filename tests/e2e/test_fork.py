@@ -1,0 +1,37 @@
+"""The fork dialog's policy is a choice of the server's policies (no free text)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import FinishedRuns, Login
+from tests.e2e.server import Server
+
+pytestmark = pytest.mark.e2e
+
+
+def test_fork_with_another_policy_chosen_from_the_servers(
+    login: Login, server: Server, finished_runs: FinishedRuns
+) -> None:
+    run_id = finished_runs.baseline
+    with server.client() as client:
+        policies = client.get("/api/config/policies").raise_for_status().json()
+    page = login("operator")
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    expect(page.locator("[data-ready='true']")).to_be_attached()
+    page.get_by_role("button", name=f"Fork run {run_id}").first.click()
+    dialog = page.get_by_role("dialog", name=f"Fork run {run_id}")
+    policy = dialog.get_by_label("Policy")
+    expect(policy).to_have_value("uniform")  # the parent's
+    expect(policy.locator("option")).to_have_count(len(policies))
+    assert sorted(policy.locator("option").all_inner_texts()) == sorted(policies)
+    policy.select_option("dssda")
+    dialog.get_by_role("button", name="Fork").click()
+    expect(page).not_to_have_url(re.compile(rf"#/runs/{run_id}$"))
+    expect(page).to_have_url(re.compile(r"#/runs/\d+$"))
+    fork_id = int(page.url.rsplit("/", 1)[1])
+    with server.client() as client:
+        assert client.get(f"/api/runs/{fork_id}").json()["policy"] == "dssda"
