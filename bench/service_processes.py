@@ -70,6 +70,30 @@ def _answers(url: str) -> bool:
         return False
 
 
+def deployment_processes(
+    stack: contextlib.ExitStack, deployment: str, root: Path, env: dict[str, str], label: str
+) -> tuple[str, ProcessGroup]:
+    """A migrated database of ``deployment`` (a fresh PostgreSQL database and a Redis namespace named
+    ``label``, or a SQLite file in ``root``), ``env`` completed with its settings, and a process group
+    on that environment, all released by ``stack``. Returns (bootstrap token, processes)."""
+    if deployment == "production":
+        database_url = stack.enter_context(fresh_postgres_database("collapipe_bench"))
+        redis_url, prefix = stack.enter_context(redis_namespace(REDIS_DB, label))
+        env |= {
+            "COLLAPIPE_EXECUTOR": "celery",
+            "COLLAPIPE_REDIS_URL": redis_url,
+            "COLLAPIPE_REDIS_KEY_PREFIX": prefix,
+        }
+    else:
+        database_url = f"sqlite:///{root / (label + '.db')}"
+        env["COLLAPIPE_EXECUTOR"] = "local"
+    env["COLLAPIPE_DATABASE_URL"] = database_url
+    token = prepare_database(database_url)
+    processes = ProcessGroup(env, root / "logs")
+    stack.callback(processes.close)
+    return token, processes
+
+
 # -- 100 streams + listing ----------------------------------------------------------------------------
 
 
@@ -89,21 +113,7 @@ def stream_load_service(deployment: str, root: Path, without: list[str]) -> Iter
         "PYTHONPATH": str(REPO),  # the worker imports the paced test policy from tests/
     }
     with contextlib.ExitStack() as stack:
-        if deployment == "production":
-            database_url = stack.enter_context(fresh_postgres_database("collapipe_bench"))
-            redis_url, prefix = stack.enter_context(redis_namespace(REDIS_DB, "bench-streams"))
-            env |= {
-                "COLLAPIPE_EXECUTOR": "celery",
-                "COLLAPIPE_REDIS_URL": redis_url,
-                "COLLAPIPE_REDIS_KEY_PREFIX": prefix,
-            }
-        else:
-            database_url = f"sqlite:///{root / 'streams.db'}"
-            env["COLLAPIPE_EXECUTOR"] = "local"
-        env["COLLAPIPE_DATABASE_URL"] = database_url
-        token = prepare_database(database_url)
-        processes = ProcessGroup(env, root / "logs")
-        stack.callback(processes.close)
+        token, processes = deployment_processes(stack, deployment, root, env, "bench-streams")
         if deployment == "production":
             processes.start_worker(concurrency=2)
         port = free_port()

@@ -59,10 +59,9 @@ from sqlalchemy import func, select  # noqa: E402
 
 from backend.db.engine import make_engine, make_session_factory  # noqa: E402
 from backend.db.models import Run  # noqa: E402
-from bench.service_processes import REDIS_DB, load_average, prepare_database, start_api  # noqa: E402
+from bench.service_processes import deployment_processes, load_average, start_api  # noqa: E402
 from tests.backend.builders import tiny_config  # noqa: E402
-from tests.integration.processes import ProcessGroup, Service, free_port, wait_until  # noqa: E402
-from tests.workers.services import fresh_postgres_database, redis_namespace  # noqa: E402
+from tests.integration.processes import Service, free_port, wait_until  # noqa: E402
 
 DEPLOYMENTS = ("embedded", "production")
 GOAL_RATIO = 1.10
@@ -93,28 +92,14 @@ def serve(deployment: str, root: Path, slots: int) -> Iterator[Served]:
         "PYTHONPATH": str(REPO),
     }
     with contextlib.ExitStack() as stack:
-        if deployment == "production":
-            database_url = stack.enter_context(fresh_postgres_database("collapipe_bench"))
-            redis_url, prefix = stack.enter_context(redis_namespace(REDIS_DB, "bench-studies"))
-            env |= {
-                "COLLAPIPE_EXECUTOR": "celery",
-                "COLLAPIPE_REDIS_URL": redis_url,
-                "COLLAPIPE_REDIS_KEY_PREFIX": prefix,
-            }
-        else:
-            database_url = f"sqlite:///{root / 'embedded.db'}"
-            env["COLLAPIPE_EXECUTOR"] = "local"
-        env["COLLAPIPE_DATABASE_URL"] = database_url
-        token = prepare_database(database_url)
-        processes = ProcessGroup(env, root / "logs")
-        stack.callback(processes.close)
+        token, processes = deployment_processes(stack, deployment, root, env, "bench-studies")
         if deployment == "production":
             workers = [processes.start_worker(concurrency=1, loglevel="info") for _ in range(slots)]
             for worker in workers:
                 wait_until(partial(_ready, worker), 120.0, worker.log, poll_s=0.1)
         port = free_port()
         start_api(processes, port, 1, [])
-        yield Served(f"http://127.0.0.1:{port}", token, database_url)
+        yield Served(f"http://127.0.0.1:{port}", token, env["COLLAPIPE_DATABASE_URL"])
 
 
 def _ready(worker: Service) -> bool:
