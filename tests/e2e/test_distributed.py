@@ -106,6 +106,8 @@ def test_a_distributed_run_launched_from_the_form_shows_measured_figures(
     page.get_by_label("executor").select_option("distributed")
     for path, value in OVERRIDES.items():
         page.locator(f".field[data-path='{path}'] input").fill(value)
+    # every device holds blocks under uniform (DSSDA, the preset's policy, may give one none)
+    page.locator(".field[data-path='scheduler.policy'] select").select_option("uniform")
     page.get_by_label("Run name").fill("e2e distributed")
 
     page.get_by_role("button", name="Launch", exact=True).click()
