@@ -1,8 +1,8 @@
 """The two deployments the API and browser suites run on, and their pytest parameters.
 
-``embedded``: SQLite, the local runner, the DB-tailing live channel (what ``collapipe serve`` uses).
-``production``: PostgreSQL, the Redis Stream live channel and a real Celery worker; its tests carry the
-real-server markers. ``@pytest.mark.deployments("embedded")`` limits a test to the deployments named.
+``embedded``: SQLite, the local runner, live readers polling the outbox (what ``collapipe serve`` uses).
+``production``: PostgreSQL, live readers woken through Redis and a real Celery worker; its tests carry
+the real-server markers. ``@pytest.mark.deployments("embedded")`` limits a test to the deployments named.
 """
 
 from __future__ import annotations

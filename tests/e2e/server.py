@@ -3,7 +3,7 @@
 - ``embedded``: ``collapipe serve`` in a subprocess on a SQLite file, the local executor (one
   spawned process per run), live updates tailed from the database.
 - ``production``: ``collapipe serve --executor celery`` on a fresh migrated PostgreSQL database,
-  Redis as broker and live channel (Redis Streams, under a key prefix of this session), and a real
+  Redis as broker and live wake-ups (under a key prefix of this session), and a real
   Celery worker process (``-c 2``, as many runs at once as the embedded default).
 
 Both get a bootstrap admin token for set-up through the API, users of every role with known

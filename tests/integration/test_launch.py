@@ -1,5 +1,5 @@
 """A run launched through the API is executed by a Celery worker: rounds land in PostgreSQL and on the
-run's Redis Stream in order."""
+run's live stream in order."""
 
 from __future__ import annotations
 

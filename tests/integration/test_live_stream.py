@@ -1,5 +1,5 @@
-"""The live stream through the API (SSE over the Redis Stream): a client that drops the connection
-mid-run and reconnects with Last-Event-ID misses nothing and sees nothing twice; a late client
+"""The live stream through the API (SSE over the outbox, woken through Redis): a client that drops
+the connection mid-run and reconnects with Last-Event-ID misses nothing and sees nothing twice; a late client
 replays everything; the all-runs stream carries the status changes."""
 
 from __future__ import annotations

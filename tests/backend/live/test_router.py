@@ -1,7 +1,7 @@
 """SSE endpoints over real HTTP: the all-runs status stream, cookie auth, heartbeats, bad ids.
 
 Runs are held until a test releases them to the deployment's executor, whose live channel the
-streams read (the run_events table for embedded, Redis Streams for production).
+streams read (the run_events outbox in both; readers poll it embedded, Redis wakes them in production).
 """
 
 from __future__ import annotations

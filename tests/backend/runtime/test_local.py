@@ -2,7 +2,7 @@
 
 A real uvicorn server with the deployment's own executor: embedded, the LocalDispatcher (one spawned
 process per run, events tailed from the run_events table); production, the Celery dispatcher, the
-session's Celery worker and Redis Streams. Tests of the local runner's own mechanics (a killed child
+session's Celery worker and Redis wake-ups. Tests of the local runner's own mechanics (a killed child
 process, lease recovery on start, requeue on shutdown) are embedded only.
 """
 
