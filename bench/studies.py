@@ -4,14 +4,15 @@ side, against the time its runs take alone divided by the slots the study may us
 The study: the tiny analytic config (tests/backend/builders.py) × ``--policies`` × ``--seeds``
 (default 5 × 8 = 40 runs of ``--rounds`` 30 rounds), ``concurrency`` = ``--slots``. Each deployment
 is served as ``collapipe serve`` serves it (uvicorn on loopback), with ``--slots`` runs at once: the
-embedded default's local executor (SQLite, ``COLLAPIPE_MAX_PARALLEL_RUNS``, one spawned process per
-run) and ``--slots`` Celery worker processes (``-c 1`` each) on PostgreSQL + Redis.
+embedded default's local executor (SQLite, ``COLLAPIPE_MAX_PARALLEL_RUNS``, one process per run,
+forked from a server that preloaded torch) and ``--slots`` Celery worker processes (``-c 1`` each) on
+PostgreSQL + Redis.
 
 Per deployment:
 
 - ``warm_up_execution_s``: a first study of 2 × slots runs, so that every Celery worker process
-  has paid its first run's lazy set-up before anything is measured (the embedded default starts a
-  process per run: nothing stays warm there).
+  has paid its first run's lazy set-up before anything is measured (on the embedded default, the
+  forkserver's preloaded imports; each run's own set-up is paid again in its new process).
 - ``single_run``: one run of each policy (seed 0) launched alone, one after the other, through the
   same service; per policy its ``end_to_end_s`` (from the POST to the run's finish as stored),
   ``execution_s`` (claim to finish as stored: ``started_at`` → ``finished_at``) and
