@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal
 
 from anyio import to_thread
 from fastapi import Depends, Request
@@ -24,17 +24,13 @@ from backend.users import service as users
 from collapipe_core.workspace import Workspace
 
 SESSION_COOKIE = "collapipe_session"
-_ENDED = "ended_by_endpoint"  # session.info key: the transaction was ended in the endpoint's thread
-
-T = TypeVar("T")
 
 
 async def _session(request: Request) -> AsyncIterator[Session]:
     """One session per request; commits when the endpoint returns, then runs after-commit actions.
 
     An async generator: creating a session does no I/O (it connects on first use, in the endpoint's
-    thread), so only the end — commit, after-commit actions, close — takes a worker thread, unless
-    the endpoint already ended it in its own thread (``run_and_commit``).
+    thread), so only the end — commit, after-commit actions, close — takes a worker thread.
     """
     state = request.app.state
     # GET only reads (or, at most, stamps a token's last use, a write that needs no transaction)
@@ -43,33 +39,9 @@ async def _session(request: Request) -> AsyncIterator[Session]:
     try:
         yield session
     except BaseException:
-        if not session.info.get(_ENDED):
-            await to_thread.run_sync(_discard_and_close, session)
+        await to_thread.run_sync(_discard_and_close, session)
         raise
-    if not session.info.get(_ENDED):
-        await to_thread.run_sync(_commit_and_close, session)
-
-
-async def run_and_commit(session: Session, work: Callable[[], T]) -> T:
-    """``work()``, then the request's commit (or discard, if it raised) and close, in one worker thread.
-
-    For ``async def`` endpoints of hot paths: the endpoint's database work and the end of its
-    transaction share one thread hop instead of two (each hop costs a wake-up of a worker thread
-    and of the event loop). The session dependency then finds the session ended and does nothing.
-    """
-
-    def run() -> T:
-        try:
-            result = work()
-        except BaseException:
-            session.info[_ENDED] = True
-            _discard_and_close(session)
-            raise
-        session.info[_ENDED] = True
-        _commit_and_close(session)
-        return result
-
-    return await to_thread.run_sync(run)
+    await to_thread.run_sync(_commit_and_close, session)
 
 
 def _commit_and_close(session: Session) -> None:

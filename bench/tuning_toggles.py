@@ -6,13 +6,8 @@ optimisation in this process by the plain code it stands for, then builds ``back
 Nothing in the backend is changed on disk; without the variable the app is the production one.
 
 - ``gc_tuning``: no ``gc.freeze`` / raised young threshold after start-up (``backend/gc_tuning.py``).
-- ``orjson_listing``: the run listing's body validated against ``RunPage`` and written by pydantic,
-  as FastAPI does for a route returning its ``response_model`` (``backend/json_response.py``).
 - ``autocommit_reads``: GET requests in transactions like every other request
   (``make_read_session_factory`` in ``backend/db/engine.py``, used by ``backend/deps.py``).
-- ``run_and_commit``: the listing's and the round series' database work in one worker thread and the
-  commit and close in another (what a plain ``def`` endpoint costs), not both in one
-  (``backend/deps.py``).
 - ``series_cache``: every round-series request reads and downsamples the rounds; no watermark query,
   no per-process cache of bodies (``backend/metrics/series_cache.py``).
 """
@@ -23,10 +18,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from anyio import to_thread
 from fastapi import FastAPI
-from pydantic import TypeAdapter
-from starlette.responses import Response
 
 ENV = "COLLAPIPE_BENCH_WITHOUT"
 
@@ -37,35 +29,11 @@ def _without_gc_tuning() -> None:
     backend.app.settle_after_startup = lambda: None
 
 
-def _without_orjson_listing() -> None:
-    import backend.runs.router
-    from backend.runs.schemas import RunPage
-
-    page_type: TypeAdapter[RunPage] = TypeAdapter(RunPage)
-
-    def validated_response(document: Any) -> Response:
-        body = page_type.dump_json(page_type.validate_python(document), by_alias=True)
-        return Response(body, media_type="application/json")
-
-    backend.runs.router.json_response = validated_response
-
-
 def _without_autocommit_reads() -> None:
     import backend.app
     from backend.db.engine import make_session_factory
 
     backend.app.make_read_session_factory = make_session_factory
-
-
-def _without_run_and_commit() -> None:
-    import backend.metrics.router
-    import backend.runs.router
-
-    async def work_then_commit(_session: Any, work: Callable[[], Any]) -> Any:
-        return await to_thread.run_sync(work)  # the session dependency commits in its own hop
-
-    backend.runs.router.run_and_commit = work_then_commit
-    backend.metrics.router.run_and_commit = work_then_commit
 
 
 def _without_series_cache() -> None:
@@ -82,9 +50,7 @@ def _without_series_cache() -> None:
 
 TOGGLES: dict[str, Callable[[], None]] = {
     "gc_tuning": _without_gc_tuning,
-    "orjson_listing": _without_orjson_listing,
     "autocommit_reads": _without_autocommit_reads,
-    "run_and_commit": _without_run_and_commit,
     "series_cache": _without_series_cache,
 }
 

@@ -15,10 +15,8 @@ from backend.deps import (
     ViewerUser,
     WakeDep,
     WorkspaceDep,
-    run_and_commit,
 )
 from backend.errors import ERROR_RESPONSES, ErrorResponse
-from backend.json_response import json_response
 from backend.params import IdPath, Limit, Offset, Search
 from backend.runs import read_model, service
 from backend.runs.schemas import (
@@ -53,8 +51,8 @@ def create_run(
     return RunDetail.model_validate(service.create(session, user, body, wake, dispatcher, workspace))
 
 
-@router.get("", response_model=RunPage)
-async def list_runs(
+@router.get("")
+def list_runs(
     session: SessionDep,
     _user: ViewerUser,
     status_in: Annotated[list[RunStatus], Query(alias="status", max_length=5)] = [],  # noqa: B006
@@ -62,14 +60,11 @@ async def list_runs(
     search: Search = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> Response:
+) -> RunPage:
     """A page of runs, newest first, each with its owner's name and its latest round's figures."""
-    # the body is written from the selected columns (RunListItem's fields, in order), not re-validated
-    items, total = await run_and_commit(
-        session, lambda: service.page(session, status_in, owner, search, limit, offset)
-    )
-    rows = [dict(zip(LISTED_FIELDS, row, strict=True)) for row in items]
-    return json_response({"items": rows, "total": total, "limit": limit, "offset": offset})
+    items, total = service.page(session, status_in, owner, search, limit, offset)
+    rows = [RunListItem(**dict(zip(LISTED_FIELDS, row, strict=True))) for row in items]
+    return RunPage(items=rows, total=total, limit=limit, offset=offset)
 
 
 @router.get("/{run_id}")

@@ -41,7 +41,10 @@ async def _open(host: str, port: int) -> _Connection:
 async def _get(conn: _Connection, request: bytes) -> int:
     """Send one GET and read the whole response; returns its status code."""
     conn.writer.write(request)
-    status = int((await conn.reader.readline()).split()[1])
+    status_line = await conn.reader.readline()
+    if not status_line:  # the server closed the connection (e.g. its keep-alive timeout)
+        raise ConnectionResetError("the server closed the connection")
+    status = int(status_line.split()[1])
     length, chunked = 0, False
     while (line := await conn.reader.readline()) not in (b"\r\n", b""):
         name, _, value = line.decode("latin-1").partition(":")
