@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
+
+from collapipe_core.progress import progress_bar
 
 remote_app = typer.Typer(no_args_is_help=True, help="Use a CollaPipe server: submit, ls, watch, export")
 study_app = typer.Typer(no_args_is_help=True, help="Studies on a CollaPipe server: submit, watch, export")
@@ -148,14 +151,7 @@ def watch(
     with _client(server, token, timeout_s=None) as client:
         run = _request(client, "GET", f"/api/runs/{run_id}").json()
         status, last_id = run["status"], None
-        columns = (
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
-        )
-        with Progress(*columns, console=err_console) as progress:
+        with progress_bar(err_console) as progress:
             task = progress.add_task(run["name"], total=run["total_rounds"], completed=0, status=status)
             while status not in TERMINAL or last_id is None:
                 headers: dict[str, str] = {"Last-Event-ID": last_id} if last_id else {}
@@ -250,32 +246,71 @@ def _study_progress(client: httpx.Client, study_id: int) -> dict[str, Any]:
     return progress
 
 
+class _StudyBars:
+    """The human view of ``study watch``: runs and rounds as progress bars on stderr."""
+
+    def __init__(self, progress: Progress, state: dict[str, Any]) -> None:
+        self.bars = progress
+        self.runs = progress.add_task("runs", total=state["runs_total"], status=state["status"])
+        self.rounds = progress.add_task("rounds", total=state["rounds_total"], status="")
+
+    def show(self, state: dict[str, Any]) -> None:
+        self.bars.update(self.runs, completed=state["runs_done"], status=state["status"])
+        self.bars.update(self.rounds, completed=state["rounds_done"])
+
+    def failed(self, run_id: int, error: str | None) -> None:
+        self.bars.console.print(f"run {run_id} failed: {error}", highlight=False)
+
+
+class _StudyLines:
+    """``study watch --json``: one JSON object per line on stdout for each change of the study's
+    progress (``{"study_id", "progress"}``) and each failed run (``{"study_id", "run_failed"}``)."""
+
+    def __init__(self, study_id: int) -> None:
+        self.study_id = study_id
+        self.shown: dict[str, Any] | None = None
+
+    def show(self, state: dict[str, Any]) -> None:
+        if state != self.shown:
+            self.shown = state
+            print(json.dumps({"study_id": self.study_id, "progress": state}), flush=True)
+
+    def failed(self, run_id: int, error: str | None) -> None:
+        line = {"study_id": self.study_id, "run_failed": {"run_id": run_id, "error": error}}
+        print(json.dumps(line), flush=True)
+
+
+@contextmanager
+def _study_view(
+    study_id: int, state: dict[str, Any], json_output: bool
+) -> Iterator[_StudyBars | _StudyLines]:
+    if json_output:
+        yield _StudyLines(study_id)
+        return
+    with progress_bar(err_console) as progress:
+        yield _StudyBars(progress, state)
+
+
 @study_app.command("watch")
 def watch_study(
     study_id: Annotated[int, typer.Argument(help="study id")],
     server: Server = DEFAULT_SERVER,
     token: Token = None,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="print one JSON object per line for each progress update and failed run, then "
+            '{"study_id", "final": progress}',
+        ),
+    ] = False,
 ) -> None:
     """Follow a study's runs and rounds until every run ends; exit 0 if all succeeded, 1 otherwise."""
     with _client(server, token, timeout_s=None) as client:
         study = _request(client, "GET", f"/api/studies/{study_id}").json()
         state, last_id = study["progress"], study["last_event_id"]
-        columns = (
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
-        )
-        with Progress(*columns, console=err_console) as progress:
-            runs = progress.add_task("runs", total=state["runs_total"], status=state["status"])
-            rounds = progress.add_task("rounds", total=state["rounds_total"], status="")
-
-            def show(state: dict[str, Any]) -> None:
-                progress.update(runs, completed=state["runs_done"], status=state["status"])
-                progress.update(rounds, completed=state["rounds_done"])
-
-            show(state)
+        with _study_view(study_id, state, json_output) as view:
+            view.show(state)
             while state["runs_done"] < state["runs_total"]:
                 try:
                     with client.stream(
@@ -286,21 +321,22 @@ def watch_study(
                             for event_id, kind, data in _sse(response):
                                 last_id = event_id or last_id
                                 if kind == "study":
-                                    show(data)
+                                    view.show(data)
                                 elif kind == "status" and data["status"] == "failed":
-                                    progress.console.print(
-                                        f"run {data['run_id']} failed: {data['error']}", highlight=False
-                                    )
+                                    view.failed(data["run_id"], data["error"])
                 except httpx.TransportError:
                     pass  # reconnect after the last event seen
                 state = _study_progress(client, study_id)  # the stream ended: every run finished?
-                show(state)
-    counts = ", ".join(f"{n} {status}" for status, n in sorted(state["runs_by_status"].items()))
-    console.print(
-        f"study {study_id}: {state['status']} ({state['runs_done']}/{state['runs_total']} runs: {counts}; "
-        f"{state['rounds_done']}/{state['rounds_total']} rounds)",
-        highlight=False,
-    )
+                view.show(state)
+    if json_output:
+        print(json.dumps({"study_id": study_id, "final": state}), flush=True)
+    else:
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(state["runs_by_status"].items()))
+        console.print(
+            f"study {study_id}: {state['status']} ({state['runs_done']}/{state['runs_total']} runs: "
+            f"{counts}; {state['rounds_done']}/{state['rounds_total']} rounds)",
+            highlight=False,
+        )
     raise typer.Exit(code=0 if state["status"] == "succeeded" else 1)
 
 

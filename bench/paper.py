@@ -45,6 +45,7 @@ import numpy as np
 
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.decision import Decision
+from collapipe_core.metrics import time_to_target
 from collapipe_core.records import RoundResult
 from collapipe_core.runner import Runner
 from collapipe_core.scheduler import get_policy
@@ -206,17 +207,6 @@ def train_task(
     return [float(r.round.eval_loss if r.round.eval_loss is not None else float("nan")) for r in sink.results]
 
 
-def time_to_target(
-    latencies: list[float], losses: list[float], target: float
-) -> tuple[float | None, int | None]:
-    elapsed = 0.0
-    for i, (latency, loss) in enumerate(zip(latencies, losses, strict=False)):
-        elapsed += latency
-        if loss <= target:
-            return elapsed, i + 1
-    return None, None
-
-
 # -- the comparison ---------------------------------------------------------------------------------
 
 
@@ -302,9 +292,10 @@ def compare(
             f["mean_memory_ratio_to_fl"] = f["mean_memory_bytes"] / figures["fl"]["mean_memory_bytes"]
         for p in POLICIES:
             f = figures[p]
-            f["time_to_target_s"], f["rounds_to_target"] = time_to_target(
-                analytic[s][p]["latency_series"], losses[p], targets[s]
-            )
+            # training stops at the target: its losses cover the first rounds of the latency series
+            latencies = analytic[s][p]["latency_series"][: len(losses[p])]
+            reached = time_to_target(latencies, losses[p], targets[s])
+            f["time_to_target_s"], f["rounds_to_target"] = reached if reached else (None, None)
             f["trained_rounds"] = len(losses[p])
             f["final_eval_loss"] = losses[p][-1]
         scenarios.append(

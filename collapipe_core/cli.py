@@ -13,10 +13,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from collapipe_core.config import config_json_schema
+from collapipe_core.progress import progress_bar
 from collapipe_core.validation import ConfigError, load_config
 
 app = typer.Typer(
@@ -104,14 +104,7 @@ def _truncate_records(path: Path, start: int) -> None:
 
 
 def _run_with_progress(runner: Any, name: str, start: int, total: int) -> Any:
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-    )
-    with Progress(*columns, console=err_console) as progress:
+    with progress_bar(err_console) as progress:
         task = progress.add_task(name, total=total, completed=start, status="")
 
         def on_round(result: Any) -> None:

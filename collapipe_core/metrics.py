@@ -6,6 +6,7 @@ and counts. ``modeled`` says whether the figure comes from the cost model (true)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -49,3 +50,17 @@ METRICS: tuple[Metric, ...] = (
 )
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}
+
+
+def time_to_target(
+    latencies: Iterable[float], losses: Iterable[float | None], target: float
+) -> tuple[float, int] | None:
+    """Modeled time to a target eval loss: (Σ T of the rounds up to the first whose eval loss is at
+    most ``target``, that round's count from the start); None if no round reached it. Rounds without
+    an eval loss count their time and do not reach it."""
+    elapsed = 0.0
+    for count, (latency, loss) in enumerate(zip(latencies, losses, strict=True), start=1):
+        elapsed += latency
+        if loss is not None and loss <= target:
+            return elapsed, count
+    return None

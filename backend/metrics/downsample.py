@@ -1,7 +1,8 @@
 """Server-side downsampling of long series: LTTB for charts, bucket min/max or mean.
 
 All functions take x (rounds, increasing) and y and return the kept points; a series with at most
-``max_points`` points is returned unchanged.
+``max_points`` points is returned unchanged. ``along`` is a companion of x (the modeled elapsed time
+at each round): it is kept at the same points, or averaged over the same buckets.
 
 Cost: everything that does not depend on earlier choices is computed with whole-array numpy
 (bucket edges, next-bucket means, per-bucket extremes and means). LTTB's choice in one bucket depends
@@ -24,16 +25,19 @@ MIN_POINTS, MAX_POINTS = 2, 100_000  # what a request may ask a series to be dow
 WIDE_BUCKET_POINTS = 48  # from this width on, one bucket's areas are computed with numpy
 
 
-def downsample(x: Floats, y: Floats, max_points: int, method: Method) -> tuple[Floats, Floats]:
+def downsample(
+    x: Floats, y: Floats, max_points: int, method: Method, along: Floats
+) -> tuple[Floats, Floats, Floats]:
+    """The kept (x, y, along) points."""
     if method == "none" or len(x) <= max_points:
-        return x, y
+        return x, y, along
     if method == "lttb":
         keep = lttb_indices(x, y, max_points)
-        return x[keep], y[keep]
+        return x[keep], y[keep], along[keep]
     if method == "minmax":
         keep = minmax_indices(y, max_points)
-        return x[keep], y[keep]
-    return bucket_means(x, y, max_points)
+        return x[keep], y[keep], along[keep]
+    return bucket_means(x, y, along, max_points)
 
 
 def bucket_edges(n: int, count: int) -> npt.NDArray[np.int64]:
@@ -93,7 +97,7 @@ def minmax_indices(y: Floats, max_points: int) -> Indices:
     return keep
 
 
-def bucket_means(x: Floats, y: Floats, max_points: int) -> tuple[Floats, Floats]:
+def bucket_means(x: Floats, y: Floats, along: Floats, max_points: int) -> tuple[Floats, Floats, Floats]:
     edges = bucket_edges(len(x), max_points)
     starts, sizes = edges[:-1], np.diff(edges).astype(np.float64)
-    return np.add.reduceat(x, starts) / sizes, np.add.reduceat(y, starts) / sizes
+    return tuple(np.add.reduceat(a, starts) / sizes for a in (x, y, along))  # type: ignore[return-value]

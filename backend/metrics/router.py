@@ -7,9 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
-from backend.deps import SeriesCacheDep, SessionDep, ViewerUser, WorkspaceDep, run_and_commit
+from backend.deps import SeriesCacheDep, SessionDep, ViewerUser, WorkspaceDep
 from backend.errors import ERROR_RESPONSES
-from backend.json_response import JSON_MEDIA_TYPE
 from backend.metrics import compare as comparing
 from backend.metrics import export as exporting
 from backend.metrics import service
@@ -28,10 +27,20 @@ MaxPoints = Annotated[
 MethodQuery = Annotated[Method, Query(description="lttb (shape), minmax (extremes), mean (buckets), none")]
 FromRound = Annotated[RoundQuery, Query(alias="from", description="first round (inclusive)")]
 ToRound = Annotated[RoundQuery, Query(alias="to", description="last round (inclusive)")]
+# an eval loss (cross-entropy) is at least 0; the bounds also refuse NaN and infinities
+TargetEvalLoss = Annotated[
+    float | None,
+    Query(
+        ge=0,
+        le=1e30,
+        allow_inf_nan=False,
+        description="eval loss to measure each run's modeled time to (time_to_target_s); omit for none",
+    ),
+]
 
 
 @router.get("/api/runs/{run_id}/rounds", response_model=RoundSeries)
-async def round_series(
+def round_series(
     run_id: IdPath,
     session: SessionDep,
     _user: ViewerUser,
@@ -43,13 +52,8 @@ async def round_series(
     method: MethodQuery = "lttb",
 ) -> Response:
     # the body is pydantic's serialisation of the built RoundSeries, reused while no round is added
-    body = await run_and_commit(
-        session,
-        lambda: service.round_series_body(
-            session, cache, run_id, fields, from_round, to_round, max_points, method
-        ),
-    )
-    return Response(body, media_type=JSON_MEDIA_TYPE)
+    body = service.round_series_body(session, cache, run_id, fields, from_round, to_round, max_points, method)
+    return Response(body, media_type="application/json")
 
 
 MetricSpec = Annotated[str, Field(pattern=r"^[a-z_]{1,64}(:[0-9]{1,6}(:[a-z]{1,8})?)?$")]
@@ -162,7 +166,9 @@ def compare(
         ),
     ],
     baseline: Annotated[int | None, Query(ge=1, le=MAX_ID, description="default: the first run")] = None,
+    target_eval_loss: TargetEvalLoss = None,
 ) -> CompareOut:
-    """Summary figures of several runs and their ratios to the baseline run."""
+    """Summary figures of several runs and their ratios to the baseline run; with
+    ``target_eval_loss``, each run's modeled time and rounds to reach it."""
     ids = [int(part) for item in run_ids for part in item.split(",")]
-    return comparing.compare(session, ids, baseline)
+    return comparing.compare(session, ids, baseline, target_eval_loss)

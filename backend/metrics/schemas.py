@@ -12,6 +12,10 @@ from backend.metrics.downsample import Method
 class Series(BaseModel):
     round: list[float] = Field(description="round index (a bucket's mean round with method=mean)")
     value: list[float]
+    elapsed_s: list[float] = Field(
+        description="modeled elapsed time at the end of each point's round: Σ latency_s of the run's "
+        "rounds up to it (a bucket's mean with method=mean)"
+    )
 
 
 class RoundSeries(BaseModel):
@@ -21,6 +25,11 @@ class RoundSeries(BaseModel):
     max_points: int
     series: dict[str, Series]
     units: dict[str, str]
+    last_round: int | None = Field(description="the last stored round in range; none if none is")
+    elapsed_s: float = Field(
+        description="modeled elapsed time at the end of last_round (Σ latency_s from the first round); "
+        "a live round r adds its latency_s"
+    )
 
 
 class DeviceMetricSeries(BaseModel):
@@ -94,9 +103,15 @@ class CompareRow(BaseModel):
     peak_memory_bytes: float | None
     mean_energy_budget_ratio: float | None = Field(description="mean over devices and rounds of E/Ē")
     final_eval: dict[str, float]
+    time_to_target_s: float | None = Field(
+        description="modeled time to the target eval loss: Σ latency_s of the rounds up to the first "
+        "whose eval_loss ≤ target_eval_loss; none without a target or if no stored round reached it"
+    )
+    rounds_to_target: int | None = Field(description="rounds from the first up to and including that one")
     ratios: dict[str, float | None] = Field(description="each figure divided by the baseline's")
 
 
 class CompareOut(BaseModel):
     baseline_run_id: int
+    target_eval_loss: float | None = Field(description="the target asked (none: no time to target)")
     runs: list[CompareRow]

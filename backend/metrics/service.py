@@ -29,14 +29,24 @@ from backend.runs import service as runs
 
 
 def _series(
-    rounds: Sequence[float] | Floats, values: Sequence[float | None] | Floats, max_points: int, method: Method
+    rounds: Sequence[float] | Floats,
+    values: Sequence[float | None] | Floats,
+    elapsed: Floats,
+    max_points: int,
+    method: Method,
 ) -> Series:
     """Drop missing and non-finite values (None becomes NaN), downsample, return the lists."""
     x = np.asarray(rounds, dtype=np.float64)
     y = np.asarray(values, dtype=np.float64)
     valid = np.isfinite(y)
-    x, y = downsample(x[valid], y[valid], max_points, method)
-    return Series(round=x.tolist(), value=y.tolist())
+    x, y, t = downsample(x[valid], y[valid], max_points, method, elapsed[valid])
+    return Series(round=x.tolist(), value=y.tolist(), elapsed_s=t.tolist())
+
+
+def _elapsed(latencies: Sequence[float]) -> Floats:
+    """Modeled elapsed time at the end of each round: the running sum of the rounds' modeled latency
+    T (``latency_s``) from the run's first round."""
+    return np.cumsum(np.asarray(latencies, dtype=np.float64))
 
 
 def _check_fields(fields: Sequence[str], allowed: Sequence[str], name: str) -> None:
@@ -59,11 +69,16 @@ def round_series(
 ) -> RoundSeries:
     fields = list(dict.fromkeys(fields or DEFAULT_ROUND_FIELDS))
     _check_fields(fields, ROUND_FIELDS, "fields")
-    columns = [f for f in fields if f in ROUND_METRIC_COLUMNS]
+    columns = ["latency_s", *(f for f in fields if f in ROUND_METRIC_COLUMNS and f != "latency_s")]
     needs_record = any(f in RECORD_FIELDS for f in fields)
+    # from the first round: the elapsed time of a round counts every round before it
     rows = repo.round_columns(
-        session, run_id, [*columns, *(["record"] if needs_record else [])], from_round, to_round
+        session, run_id, [*columns, *(["record"] if needs_record else [])], None, to_round
     )
+    elapsed = _elapsed([row[1] for row in rows])
+    if from_round is not None:
+        start = next((i for i, row in enumerate(rows) if row[0] >= from_round), len(rows))
+        rows, elapsed = rows[start:], elapsed[start:]
     if not rows:  # no rounds in range, or no such run (asked only then: one query per request)
         runs.ensure_exists(session, run_id)
     rounds = [row[0] for row in rows]
@@ -75,7 +90,7 @@ def round_series(
         else:
             extract = RECORD_FIELDS[field]
             values = [extract(row[-1]) for row in rows]
-        series[field] = _series(rounds, values, max_points, method)
+        series[field] = _series(rounds, values, elapsed, max_points, method)
     return RoundSeries(
         run_id=run_id,
         points_stored=len(rows),
@@ -83,6 +98,8 @@ def round_series(
         max_points=max_points,
         series=series,
         units={f: unit_of(f) for f in fields},
+        last_round=rows[-1][0] if rows else None,
+        elapsed_s=float(elapsed[-1]) if rows else 0.0,
     )
 
 
@@ -179,6 +196,7 @@ def device_series(
     groups = [[m for m in metrics if not m.every_device], [m for m in metrics if m.every_device]]
     result: dict[str, DeviceMetricSeries] = {}
     found = False
+    latencies: list[tuple[Any, ...]] | None = None
     for group, selected in zip(groups, (filtered, False), strict=True):
         if not group:
             continue
@@ -192,18 +210,27 @@ def device_series(
             to_round,
         )
         found = found or bool(rows)
-        result.update(_device_metric_series(rows, group))
+        if rows and latencies is None:
+            # read after the device rows: every round they hold is in it (rounds are only added)
+            latencies = repo.round_columns(session, run_id, ["latency_s"], None, to_round)
+        result.update(_device_metric_series(rows, group, latencies or []))
     if not found:  # no rows in range, or no such run (asked only then)
         runs.ensure_exists(session, run_id)
     return DeviceSeries(run_id=run_id, metrics={m.name: result[m.name] for m in metrics})
 
 
 def _device_metric_series(
-    rows: Sequence[tuple[Any, ...]], metrics: Sequence[DeviceMetricQuery]
+    rows: Sequence[tuple[Any, ...]],
+    metrics: Sequence[DeviceMetricQuery],
+    latencies: Sequence[tuple[Any, ...]],
 ) -> dict[str, DeviceMetricSeries]:
-    """``rows`` of (device_id, round, *metrics), ordered by device then round, as downsampled series."""
+    """``rows`` of (device_id, round, *metrics), ordered by device then round, as downsampled series;
+    ``latencies``: (round, latency_s) of the run's rounds from the first, for the elapsed time."""
     devices = [row[0] for row in rows]
     rounds = np.fromiter((row[1] for row in rows), dtype=np.float64, count=len(rows))
+    stored = np.fromiter((row[0] for row in latencies), dtype=np.float64, count=len(latencies))
+    at = np.clip(np.searchsorted(stored, rounds), 0, max(len(stored) - 1, 0))
+    elapsed = _elapsed([row[1] for row in latencies])[at] if len(stored) else np.zeros_like(rounds)
     # each device's rows are one slice
     bounds = [i for i in range(len(devices)) if i == 0 or devices[i] != devices[i - 1]] + [len(devices)]
     slices = [(devices[a], a, b) for a, b in pairwise(bounds)]
@@ -215,7 +242,7 @@ def _device_metric_series(
             method=metric.method,
             max_points=metric.max_points,
             series={
-                device: _series(rounds[a:b], values[a:b], metric.max_points, metric.method)
+                device: _series(rounds[a:b], values[a:b], elapsed[a:b], metric.max_points, metric.method)
                 for device, a, b in slices
             },
         )

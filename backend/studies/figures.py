@@ -26,7 +26,7 @@ from typing import Any
 
 from backend.jsonsafe import finite
 from backend.studies.schemas import MetricInfo
-from collapipe_core.metrics import METRICS_BY_NAME
+from collapipe_core.metrics import METRICS_BY_NAME, time_to_target
 
 FIXED_METRICS = tuple(
     MetricInfo(name=name, unit=unit, description=description)
@@ -68,15 +68,6 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def time_to_target(latencies: Iterable[float], losses: Iterable[float | None], target: float) -> float | None:
-    elapsed = 0.0
-    for latency, loss in zip(latencies, losses, strict=True):
-        elapsed += latency
-        if loss is not None and loss <= target:
-            return elapsed
-    return None
-
-
 def _final_eval(rows: RunRows) -> dict[str, float]:
     for loss, metrics in zip(reversed(rows.eval_loss), reversed(rows.eval_metrics), strict=True):
         if loss is not None:
@@ -93,12 +84,12 @@ def run_figures(rows: RunRows, target_eval_loss: float | None) -> dict[str, floa
     efficiency = [
         c / (n * t) for (c, n), t in zip(rows.compute_per_round, rows.latency_s, strict=False) if n and t
     ]
+    target = target_eval_loss
+    reached = None if target is None else time_to_target(rows.latency_s, rows.eval_loss, target)
     figures: dict[str, float | None] = {
         "mean_latency_s": _mean(rows.latency_s),
         "latency_per_sample_s": sum(rows.latency_s) / samples if samples else None,
-        "time_to_target_s": None
-        if target_eval_loss is None
-        else time_to_target(rows.latency_s, rows.eval_loss, target_eval_loss),
+        "time_to_target_s": reached[0] if reached else None,
         "efficiency": _mean(efficiency),
         "peak_memory_bytes": rows.peak_memory_bytes,
         "mean_memory_bytes": rows.mean_memory_bytes,

@@ -1,6 +1,6 @@
 """/api/studies: launch a study (a grid of runs), list and inspect studies with their per-cell
-summaries, cancel or resume all their runs, stream their progress, export their tables. Viewers
-read; operators act."""
+summaries and round series, cancel or resume all their runs, stream their progress, export their
+tables. Viewers read; operators act."""
 
 from __future__ import annotations
 
@@ -26,10 +26,13 @@ from backend.deps import (
 from backend.errors import ERROR_RESPONSES
 from backend.live.router import SSE_RESPONSE, AfterQuery, LastEventIdHeader, event_stream, resume_point
 from backend.live.sse import compact
+from backend.metrics.downsample import MAX_POINTS, MIN_POINTS, Method
+from backend.metrics.fields import ROUND_FIELDS
 from backend.params import IdPath, Limit, Offset, Search
-from backend.studies import export, presets, service, summary
+from backend.studies import export, presets, series, service, summary
 from backend.studies.schemas import (
     ExportFormat,
+    SeriesX,
     StudyActionOut,
     StudyCreate,
     StudyDetail,
@@ -37,6 +40,7 @@ from backend.studies.schemas import (
     StudyPage,
     StudyPreset,
     StudyProgress,
+    StudySeries,
 )
 
 router = APIRouter(prefix="/api/studies", tags=["studies"], responses=ERROR_RESPONSES)
@@ -55,6 +59,12 @@ BaselineQuery = Annotated[
         ge=0, le=1_000_000, description="compare every cell with this cell (default: the study's baseline)"
     ),
 ]
+FieldQuery = Annotated[str, Query(max_length=100, description=f"one of {', '.join(ROUND_FIELDS)}")]
+SeriesXQuery = Annotated[SeriesX, Query(description="downsample along the round or the modeled elapsed time")]
+MaxPointsQuery = Annotated[
+    int, Query(ge=MIN_POINTS, le=MAX_POINTS, description="downsample each cell to at most this many points")
+]
+MethodQuery = Annotated[Method, Query(description="lttb (shape), minmax (extremes), mean (buckets), none")]
 EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {
@@ -107,6 +117,22 @@ def get_study(
     """The study's cells with their runs and, per figure, the mean and Student-t 95 % interval over
     the cell's seeds and the ratio to the baseline cell; ``last_event_id`` for its event stream."""
     return summary.detail(session, service.get(session, study_id), target_eval_loss, baseline_cell)
+
+
+@router.get("/{study_id}/series")
+def get_study_series(
+    study_id: IdPath,
+    session: SessionDep,
+    _user: ViewerUser,
+    field: FieldQuery = "eval_loss",
+    x: SeriesXQuery = "round",
+    max_points: MaxPointsQuery = 2000,
+    method: MethodQuery = "lttb",
+) -> StudySeries:
+    """Per cell, the mean over its runs (seeds) of a round field at each round every run of the cell
+    has, with the mean modeled elapsed time (Σ latency_s) there, downsampled; the cell's label and values."""
+    series.check_field(field)  # before the study is read: a bad field is a 422 whatever the study
+    return series.study_series(session, service.get(session, study_id), field, x, max_points, method)
 
 
 @router.post("/{study_id}/cancel")

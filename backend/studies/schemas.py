@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue, model_validator
 
+from backend.metrics.downsample import Method
 from backend.params import MAX_ID
 from backend.request_body import Integral, StrictBody
 from backend.runs.schemas import RunStatus
@@ -20,6 +21,7 @@ FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$"
 StudyMode = Literal["grid", "zip"]
 StudyStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 ExportFormat = Literal["csv", "parquet", "html"]
+SeriesX = Literal["round", "elapsed"]
 
 
 class StudyBase(StrictBody):
@@ -153,6 +155,32 @@ class StudyDetail(StudyOut):
     last_event_id: str = Field(
         description="the live head when the study was read: GET /api/studies/{id}/events?after=<it>"
     )
+
+
+class CellSeries(BaseModel):
+    index: int
+    base: str
+    values: dict[str, JsonValue] = Field(description="the cell's axis values (seed excluded)")
+    label: str
+    num_runs: int = Field(description="the cell's runs (its seeds): the mean is over all of them")
+    num_points: int = Field(description="rounds every run of the cell has a value at, before downsampling")
+    round: list[float] = Field(description="round index (a bucket's mean round with method=mean)")
+    value: list[float] = Field(description="mean over the cell's runs of the field at the round")
+    elapsed_s: list[float] = Field(
+        description="mean over the cell's runs of the modeled elapsed time at the end of the round "
+        "(Σ latency_s up to it, as GET /api/runs/{id}/rounds gives)"
+    )
+
+
+class StudySeries(BaseModel):
+    study_id: int
+    field: str
+    unit: str
+    x: SeriesX = Field(description="what the series were downsampled along: the round or the elapsed time")
+    method: Method
+    max_points: int
+    fields: list[str] = Field(description="every round field this endpoint takes")
+    cells: list[CellSeries]
 
 
 class StudyActionOut(BaseModel):

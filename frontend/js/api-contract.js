@@ -50,8 +50,10 @@ export const API_CONTRACT = {
   "POST /api/runs/{run_id}/cancel": [],
   "POST /api/runs/{run_id}/resume": [],
   "POST /api/runs/{run_id}/fork": ["id"],
-  "GET /api/runs/{run_id}/devices": ["metrics{}.series{}.round", "metrics{}.series{}.value"],
-  "GET /api/runs/{run_id}/rounds": ["series{}.round", "series{}.value"],
+  "GET /api/runs/{run_id}/devices": [
+    "metrics{}.series{}.round", "metrics{}.series{}.value", "metrics{}.series{}.elapsed_s"
+  ],
+  "GET /api/runs/{run_id}/rounds": ["series{}.round", "series{}.value", "series{}.elapsed_s", "elapsed_s"],
   "GET /api/runs/{run_id}/decisions": [
     "items[].round", "items[].policy", "items[].objective", "items[].objective_latency",
     "items[].objective_convergence", "items[].objective_energy", "items[].num_microbatches",
@@ -75,7 +77,11 @@ export const API_CONTRACT = {
     "progress.rounds_total", "progress.runs_by_status", "cells[].index", "cells[].label",
     "cells[].base", "cells[].values", "cells[].baseline_cell", "cells[].ratios",
     "cells[].metrics{}.mean", "cells[].metrics{}.ci95_low", "cells[].metrics{}.ci95_high",
-    "cells[].runs[].id", "cells[].runs[].seed", "cells[].runs[].status"
+    "cells[].metrics{}.n", "cells[].runs[].id", "cells[].runs[].seed", "cells[].runs[].status"
+  ],
+  "GET /api/studies/{study_id}/series": [
+    "field", "x", "unit", "fields", "cells[].index", "cells[].label", "cells[].round",
+    "cells[].value", "cells[].elapsed_s"
   ],
   "POST /api/studies/{study_id}/cancel": ["runs_changed"],
   "POST /api/studies/{study_id}/resume": ["runs_changed"],
@@ -84,6 +90,7 @@ export const API_CONTRACT = {
   "GET /api/compare": [
     "baseline_run_id", "runs[].run_id", "runs[].name", "runs[].policy", "runs[].rounds_done",
     "runs[].mean_latency_s", "runs[].efficiency", "runs[].peak_memory_bytes",
-    "runs[].mean_energy_budget_ratio", "runs[].final_eval", "runs[].ratios"
+    "runs[].mean_energy_budget_ratio", "runs[].final_eval", "runs[].ratios", "target_eval_loss",
+    "runs[].time_to_target_s", "runs[].rounds_to_target"
   ]
 };

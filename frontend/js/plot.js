@@ -1,4 +1,8 @@
-// Shared plotly.js settings: offline (no links to plotly's cloud), quiet mode bar, readable fonts.
+// Shared plotly.js settings: offline (no links to plotly's cloud), quiet mode bar, readable fonts;
+// the x axis a run's curves are drawn against (round or modeled elapsed time) and its control.
+
+import { h } from './dom.js';
+import { axisFormat } from './format.js';
 
 export const PLOT_CONFIG = {
   responsive: true,
@@ -49,17 +53,79 @@ const RECENT_POINTS = 200; // the newest points of a live series stay as they ca
 export function thinTrace(trace, incoming = 0, max = MAX_TRACE_POINTS) {
   const older = trace.x.length - RECENT_POINTS;
   if (trace.x.length + incoming <= max || older < 2) return; // nothing older than the newest to halve
-  const x = [trace.x[0]];
-  const y = [trace.y[0]];
+  const keep = [0];
   let last = trace.y[0];
   for (let i = 1; i < older; i += 2) {
     const j = i + 1 < older && Math.abs(trace.y[i + 1] - last) > Math.abs(trace.y[i] - last) ? i + 1 : i;
-    x.push(trace.x[j]);
-    y.push(trace.y[j]);
+    keep.push(j);
     last = trace.y[j];
   }
-  trace.x = x.concat(trace.x.slice(older));
-  trace.y = y.concat(trace.y.slice(older));
+  // customdata (a point's other x axis, see X_AXES) is thinned with x and y
+  for (const key of ['x', 'y', 'customdata']) {
+    const values = trace[key];
+    if (Array.isArray(values)) trace[key] = keep.map((j) => values[j]).concat(values.slice(older));
+  }
+}
+
+// -- the x axis of a run's curves ------------------------------------------------------------------
+
+/**
+ * What a run's curves can be drawn against, by the name of a series' list of x values
+ * (GET /api/runs/{id}/rounds|devices): the round, or the modeled elapsed time at the end of the
+ * round (Σ latency_s up to it: policies' rounds last different times). A drawn trace has the chosen
+ * one as ``x`` and the other as ``customdata``, so switching swaps them and hover shows both.
+ */
+export const X_AXES = {
+  round: { label: 'round', title: 'round', hover: 'round %{x} · %{customdata:.4~g} s modeled' },
+  elapsed_s: { label: 'modeled time (s)', title: 'modeled elapsed time (s)', hover: '%{x:.4~g} s modeled · round %{customdata}' },
+};
+const X_AXIS_KEY = 'collapipe.xAxis'; // the choice, kept in localStorage across pages and reloads
+
+/** The x axis chosen last (localStorage), 'round' at first. */
+export function savedXAxis() {
+  try {
+    const axis = localStorage.getItem(X_AXIS_KEY);
+    return Object.hasOwn(X_AXES, axis ?? '') ? axis : 'round';
+  } catch {
+    return 'round'; // storage refused (private mode, policy): the default
+  }
+}
+
+/** The "X axis" select (``#x-axis``): calls ``onChange(axis)`` and keeps the choice. */
+export function xAxisControl(axis, onChange) {
+  const select = h('select', { id: 'x-axis', title: 'every curve of the page: per round or against the modeled elapsed time' },
+    Object.entries(X_AXES).map(([value, { label }]) => h('option', { value }, label)));
+  select.value = axis;
+  select.addEventListener('change', () => {
+    try {
+      localStorage.setItem(X_AXIS_KEY, select.value);
+    } catch {
+      /* not kept: the choice still applies to this page */
+    }
+    onChange(select.value);
+  });
+  return h('div.control', {}, h('label', { for: 'x-axis' }, 'X axis'), select);
+}
+
+/** A point's [x, customdata] on ``axis``, from its round and its elapsed time. */
+export function xPair(axis, round, elapsed) {
+  return axis === 'round' ? [round, elapsed] : [elapsed, round];
+}
+
+/** The round of a clicked point of a trace drawn on ``axis`` (x or customdata). */
+export function roundOfPoint(point, axis) {
+  return axis === 'round' ? point.x : point.customdata;
+}
+
+/** The x axis layout fields that follow the choice (title; tick format of seconds). */
+export function xAxisLayout(axis) {
+  const format = axis === 'round' ? { ticksuffix: '', tickformat: '', hoverformat: '' } : axisFormat('s');
+  return { title: { text: X_AXES[axis].title }, ...format };
+}
+
+/** Move a drawn trace to the other axis: its x and customdata trade places. */
+export function swapX(trace) {
+  [trace.x, trace.customdata] = [trace.customdata || [], trace.x];
 }
 
 const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];

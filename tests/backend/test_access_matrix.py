@@ -62,6 +62,7 @@ MATRIX = [
     Endpoint("GET", "/api/studies/presets", "viewer"),
     Endpoint("GET", "/api/studies/{study}", "viewer"),
     Endpoint("GET", "/api/studies/{study}/export", "viewer"),
+    Endpoint("GET", "/api/studies/{study}/series", "viewer"),
     Endpoint("GET", "/api/studies/{study}/events", "viewer", streams=True),
     Endpoint("POST", "/api/experiments", "operator", {"config": tiny_config()}),
     Endpoint("PATCH", "/api/experiments/{experiment}", "operator", {"name": "renamed"}),

@@ -12,6 +12,7 @@ import io
 import json
 import threading
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -132,6 +133,35 @@ def test_study_submit_watch_export(server: RecordingDispatcher, tmp_path: Path) 
     # a finished study: watch reports at once
     again = runner.invoke(remote_app, ["study", "watch", str(study_id)])
     assert again.exit_code == 0 and f"study {study_id}: succeeded" in again.stdout
+
+
+def test_study_watch_json_prints_one_object_per_update_then_the_final_state(
+    server: RecordingDispatcher, tmp_path: Path
+) -> None:
+    submitted = runner.invoke(
+        remote_app, ["study", "submit", str(_study_file(tmp_path, ["uniform"])), "--json"]
+    )
+    study_id = json.loads(submitted.stdout)["study_id"]
+    worker = threading.Timer(0.5, server.release)  # the run starts while watch is following the study
+    worker.start()
+    watched = runner.invoke(remote_app, ["study", "watch", str(study_id), "--json"])
+    worker.join()
+    assert watched.exit_code == 0, watched.output
+    lines = [json.loads(line) for line in watched.stdout.splitlines()]  # nothing but JSON lines
+    assert all(line["study_id"] == study_id for line in lines)
+    updates = [line["progress"] for line in lines[:-1]]
+    assert updates and all(u["runs_total"] == 1 and u["rounds_total"] == 3 for u in updates)
+    assert all(a != b for a, b in pairwise(updates))  # one line per change
+    done = [u["rounds_done"] for u in updates]
+    assert done == sorted(done) and done[-1] == 3
+    assert lines[-1]["final"] == {
+        "status": "succeeded",
+        "runs_total": 1,
+        "runs_done": 1,
+        "runs_by_status": {"succeeded": 1},
+        "rounds_done": 3,
+        "rounds_total": 3,
+    }
 
 
 def test_a_study_with_a_bad_cell_is_refused_naming_the_cell(

@@ -1,6 +1,7 @@
 """The study page: launch the V-sweep preset (at fewer rounds), watch its progress arrive live, the
-summary table (mean ± 95 % interval per cell, ratios to a chosen baseline) and the figure with its
-interval bands fill in, and the exports answer (the HTML report opens with no outside request)."""
+summary table (mean ± 95 % interval per cell, ratios to a chosen baseline), the figure with its
+interval bands and the round series per cell fill in, and the exports answer (with the chosen target
+eval loss; the HTML report opens with no outside request)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,6 @@ pytestmark = pytest.mark.e2e
 ROUNDS = 3  # the preset's 100 rounds, cut
 
 
-# production only for now: the embedded default starts a process per run (3-5 s of torch import each,
-# 2 at a time), which made this test take 3.5 minutes there; the API tests run studies on both
-@pytest.mark.deployments("production")
 def test_launch_the_v_sweep_preset_and_watch_it_fill_in(login: Login, server: Server) -> None:
     with server.client() as client:
         presets = client.get("/api/studies/presets").raise_for_status().json()
@@ -84,6 +82,34 @@ def test_launch_the_v_sweep_preset_and_watch_it_fill_in(login: Login, server: Se
     page.get_by_label("Figure", exact=True).select_option("mean_backlog")
     expect(plot).to_have_attribute("data-points", str(len(values)))
     screenshot(page, "study-v-sweep")
+
+    # the round series per cell: one line per cell (per V), latency_s by default (the preset's runs
+    # are analytic: no eval loss), against the round, then against the modeled time
+    series_plot = page.locator("#study-series-plot")
+    expect(page.get_by_label("Field", exact=True)).to_have_value("latency_s")
+    expect(series_plot).to_have_attribute("data-traces", str(len(values)))
+    expect(series_plot).to_have_attribute("data-points", str(len(values) * ROUNDS))
+    traces = "document.getElementById('study-series-plot').data.map(t => [t.name, t.x])"
+    by_round = page.evaluate(traces)
+    assert all(x == list(range(ROUNDS)) for _, x in by_round), by_round
+    page.get_by_label("X axis", exact=True).select_option("elapsed")
+    expect(series_plot).to_have_attribute("data-x", "elapsed")
+    with server.client() as client:
+        params: dict[str, str | int] = {"field": "latency_s", "x": "elapsed", "max_points": 500}
+        answer = client.get(f"/api/studies/{study_id}/series", params=params).raise_for_status().json()
+    expected = [[cell["label"], cell["elapsed_s"]] for cell in answer["cells"]]
+    assert len(expected) == len(values) and all(len(x) == ROUNDS for _, x in expected)
+    assert page.evaluate(traces) == expected
+    assert [x for _, x in expected] != [x for _, x in by_round]
+    screenshot(page, "study-v-sweep-series")
+
+    # a target eval loss goes to the summary and the exports
+    target = page.get_by_label("Target eval loss")
+    target.fill("0.5")
+    target.blur()
+    expect(page.locator("a[data-export='csv']")).to_have_attribute(
+        "href", re.compile(r"target_eval_loss=0\.5")
+    )
 
     # the exports answer, with this session's cookie
     csv_href = page.locator("a[data-export='csv']").get_attribute("href")

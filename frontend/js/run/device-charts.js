@@ -1,7 +1,8 @@
-// Per-device charts over rounds, as subplots of plotly figures (DEVICE_FIGURES: the first three
-// charts in one figure, the last three in another). Up to GROUP_ABOVE devices, one trace per device
-// and series (shared legend); with more, one trace per cluster and series, the cluster's devices
-// separated by null gaps so each stays its own line (hover names the device from ``text``).
+// Per-device charts over rounds or modeled elapsed time (X_AXES), as subplots of plotly figures
+// (DEVICE_FIGURES: the first three charts in one figure, the last three in another). Up to
+// GROUP_ABOVE devices, one trace per device and series (shared legend); with more, one trace per
+// cluster and series, the cluster's devices separated by null gaps so each stays its own line (hover
+// names the device from ``text``).
 // plotly.js pays a fixed cost per trace on every redraw (defaults, calc, an SVG group), so 50 devices
 // are 10 cluster traces per series instead of 50.
 //
@@ -20,7 +21,9 @@
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
-import { PLOT_CONFIG, baseLayout, deviceColor, liveAxis, plotly, purge, thinTrace } from '../plot.js';
+import {
+  PLOT_CONFIG, X_AXES, baseLayout, deviceColor, liveAxis, plotly, purge, swapX, thinTrace, xAxisLayout, xPair,
+} from '../plot.js';
 
 /** The process's measured peak resident set from DeviceRecord.measured (distributed executor), in bytes. */
 function measuredMemory(device) {
@@ -99,28 +102,32 @@ function clusterOf(device) {
 
 /**
  * Per-device charts as one plotly.js figure: one subplot per chart of ``defs``, stacked, sharing the
- * x axis (round), each with its own y axis and title. A live redraw of one figure costs plotly.js
- * less than one figure per chart: the fixed part of a replot (defaults, axes, trace setup) is paid
- * once. The figure's element is ``#chart-<id>``, its ``data-charts`` lists the charts it holds.
- * Each device trace carries ``meta`` = {chart, metric, device} (one device) or
+ * x axis (``axis``: round or modeled elapsed time, setXAxis() switches), each with its own y axis and
+ * title. A live redraw of one figure costs plotly.js less than one figure per chart: the fixed part
+ * of a replot (defaults, axes, trace setup) is paid once. The figure's element is ``#chart-<id>``,
+ * its ``data-charts`` lists the charts it holds. Each device trace carries ``meta`` = {chart, metric, device} (one device) or
  * {chart, metric, cluster, devices} (a cluster's devices; ``text`` names each point's device), the
  * limit and measured traces {chart, kind}.
  */
 export class DeviceCharts {
-  constructor(defs, allDevices, id = 'devices') {
+  constructor(defs, allDevices, id = 'devices', axis = 'round') {
     this.defs = defs;
+    this.axis = axis;
     this.allDevices = allDevices;
     this.grouped = allDevices.length > GROUP_ABOVE;
     this.colorIndex = new Map(allDevices.map((d, i) => [d, i]));
     const clusters = [...new Set(allDevices.map(clusterOf))];
     this.clusterIndex = new Map(clusters.map((c, i) => [c, i]));
-    this.series = new Map(); // `${chart}|${seriesIndex}|${device}` -> {x, y}: the device's points
+    // `${chart}|${seriesIndex}|${device}` -> {x, y, customdata}: the device's points, x on this.axis
+    // and customdata on the other (round or elapsed time)
+    this.series = new Map();
     this.specs = []; // per device trace: {index, chart, si, key, devices}
     this.specOf = new Map(); // `${chart}|${seriesIndex}|${device or cluster}` -> spec
     this.limitValue = new Map(defs.map((def) => [def.id, new Map()])); // chart -> device -> constant limit
     this.fixedIndex = new Map(); // `${chart}|limit` or `${chart}|measured` -> trace index
     this.loaded = new Set(); // devices with traces
     this.lastRound = 0;
+    this.lastElapsed = 0; // modeled elapsed time at the end of lastRound
     this.showLegend = !this.grouped;
     this.height = FIGURE_TOP + defs.length * (TITLE_GAP + SUBPLOT_HEIGHT) + FIGURE_BOTTOM;
     this.el = h('div.chart.chart-stack', {
@@ -157,34 +164,56 @@ export class DeviceCharts {
       const own = this.series.get(`${spec.chart}|${spec.si}|${spec.devices[0]}`);
       trace.x = own.x;
       trace.y = own.y;
+      trace.customdata = own.customdata;
       return;
     }
     let x = [];
     let y = [];
+    let customdata = [];
     let text = [];
     for (const device of spec.devices) {
       const own = this.series.get(`${spec.chart}|${spec.si}|${device}`);
       if (!own.x.length) continue;
-      if (x.length) { x.push(null); y.push(null); text.push(null); }
+      if (x.length) { x.push(null); y.push(null); customdata.push(null); text.push(null); }
       x = x.concat(own.x);
       y = y.concat(own.y);
+      customdata = customdata.concat(own.customdata);
       text = text.concat(new Array(own.x.length).fill(device));
     }
     trace.x = x;
     trace.y = y;
+    trace.customdata = customdata;
     trace.text = text;
+  }
+
+  /** A device trace's hover text: its device (a cluster's: each point's, from text), metric, x. */
+  hover(spec) {
+    const metric = this.defs.find((d) => d.id === spec.chart).series[spec.si].metric;
+    return `${this.grouped ? '%{text}' : spec.key} · ${metric}<br>${X_AXES[this.axis].hover}<br>%{y}<extra></extra>`;
+  }
+
+  /** The measured trace's hover text. */
+  measuredHover() {
+    return `%{text} · measured<br>${X_AXES[this.axis].hover}<br>%{y}<extra></extra>`;
   }
 
   /** Keep the series of ``devices`` from ``history``; the device traces (new ones) they need. */
   deviceTraces(history, devices, firstIndex) {
     const traces = [];
     const changed = new Set();
+    const other = this.axis === 'round' ? 'elapsed_s' : 'round'; // the series' list kept as customdata
     this.defs.forEach((def, ci) => {
       def.series.forEach((s, si) => {
         for (const device of devices) {
           const data = history[s.metric]?.[device];
-          if (data && data.round.length) this.lastRound = Math.max(this.lastRound, data.round[data.round.length - 1]);
-          this.series.set(`${def.id}|${si}|${device}`, { x: data ? data.round.slice() : [], y: data ? data.value.slice() : [] });
+          const last = data ? data.round.length - 1 : -1;
+          if (last >= 0 && data.round[last] >= this.lastRound) {
+            this.lastRound = data.round[last];
+            this.lastElapsed = data.elapsed_s[last];
+          }
+          this.series.set(`${def.id}|${si}|${device}`, {
+            x: data ? data[this.axis].slice() : [], y: data ? data.value.slice() : [], customdata: data ? data[other].slice() : [],
+          });
           const key = this.grouped ? clusterOf(device) : device;
           let spec = this.specOf.get(`${def.id}|${si}|${key}`);
           if (spec) {
@@ -203,9 +232,7 @@ export class DeviceCharts {
             meta: this.grouped ? { chart: def.id, metric: s.metric, cluster: key, devices: spec.devices } : { chart: def.id, metric: s.metric, device },
             x: [], y: [],
             line: { color: this.color(device), width: this.grouped ? 1.3 : 1.6, dash: s.dash || 'solid' },
-            hovertemplate: this.grouped
-              ? `%{text} · ${s.metric}<br>round %{x}<br>%{y}<extra></extra>`
-              : `${device} · ${s.metric}<br>round %{x}<br>%{y}<extra></extra>`,
+            hovertemplate: this.hover(spec),
           };
           traces.push(trace);
           spec.trace = trace;
@@ -230,8 +257,9 @@ export class DeviceCharts {
     const x = [];
     const y = [];
     const text = [];
+    const end = this.axis === 'round' ? this.lastRound : this.lastElapsed;
     for (const [device, value] of this.limitValue.get(def.id)) {
-      x.push(0, this.lastRound, null);
+      x.push(0, end, null);
       y.push(value, value, null);
       text.push(device, device, null);
     }
@@ -245,7 +273,7 @@ export class DeviceCharts {
       height: this.height,
       showlegend: this.showLegend,
       margin: { l: 58, r: 12, t: FIGURE_TOP, b: FIGURE_BOTTOM },
-      xaxis: liveAxis({ nticks: 8, title: { text: 'round' }, anchor: DeviceCharts.yId(n - 1) }),
+      xaxis: liveAxis({ nticks: 8, ...xAxisLayout(this.axis), anchor: DeviceCharts.yId(n - 1) }),
     });
     this.defs.forEach((def, i) => {
       const top = 1 - (i * (TITLE_GAP + SUBPLOT_HEIGHT) + TITLE_GAP) / area;
@@ -272,10 +300,10 @@ export class DeviceCharts {
       if (def.measured) {
         this.fixedIndex.set(`${def.id}|measured`, head.length);
         head.push({
-          type: 'scatter', mode: 'markers', name: def.measured.name, x: [], y: [], text: [], showlegend: false,
+          type: 'scatter', mode: 'markers', name: def.measured.name, x: [], y: [], customdata: [], text: [], showlegend: false,
           xaxis: 'x', yaxis, meta: { chart: def.id, kind: 'measured' },
           marker: { size: 7, color: [], symbol: 'circle-open', line: { width: 2 } },
-          hovertemplate: `%{text} · measured<br>round %{x}<br>%{y}<extra></extra>`,
+          hovertemplate: this.measuredHover(),
         });
       }
     });
@@ -310,26 +338,31 @@ export class DeviceCharts {
     }
   }
 
-  /** Append ``rounds`` (live events {round: RoundRecord, devices: [DeviceRecord]}); one redraw of the figure.
+  /** Append ``rounds`` (live events {round: RoundRecord, devices: [DeviceRecord], elapsed_s}: the
+   * view's running modeled time at the end of the round, null if not known — then the round is not
+   * drawn against time); one redraw of the figure.
    * ``only``: a set of device ids to append for (devices just loaded), default all loaded ones. */
   extend(rounds, only = null) {
     if (!this.drawn || !rounds.length) return;
     const data = this.el.data;
     const roundIds = rounds.map((event) => event.round.round);
+    const points = rounds.map((event) => xPair(this.axis, event.round.round, event.elapsed_s ?? null));
     const changed = new Set();
     for (const def of this.defs) {
       def.series.forEach((s, si) => {
         const columns = new Map();
         rounds.forEach((event, r) => {
+          if (points[r][0] === null) return;
           for (const device of event.devices) {
             if (only && !only.has(device.device_id)) continue;
             const key = `${def.id}|${si}|${device.device_id}`;
             const value = device[s.metric];
             if (!this.series.has(key) || value === null || value === undefined) continue;
             let column = columns.get(key);
-            if (!column) { column = { x: [], y: [] }; columns.set(key, column); }
-            column.x.push(roundIds[r]);
+            if (!column) { column = { x: [], y: [], customdata: [] }; columns.set(key, column); }
+            column.x.push(points[r][0]);
             column.y.push(value);
+            column.customdata.push(points[r][1]);
           }
         });
         for (const [key, column] of columns) {
@@ -337,12 +370,16 @@ export class DeviceCharts {
           thinTrace(own, column.x.length, DEVICE_SERIES_POINTS);
           own.x.push(...column.x);
           own.y.push(...column.y);
+          own.customdata.push(...column.customdata);
           const device = key.slice(key.lastIndexOf('|') + 1);
           changed.add(this.specOf.get(`${def.id}|${si}|${this.grouped ? clusterOf(device) : device}`));
         }
       });
     }
-    this.lastRound = Math.max(this.lastRound, roundIds[roundIds.length - 1]);
+    if (roundIds[roundIds.length - 1] >= this.lastRound) {
+      this.lastRound = roundIds[roundIds.length - 1];
+      this.lastElapsed = rounds[rounds.length - 1].elapsed_s ?? this.lastElapsed;
+    }
     const newest = rounds[rounds.length - 1].devices;
     for (const def of this.defs) {
       if (def.limit) {
@@ -358,12 +395,14 @@ export class DeviceCharts {
     if (changed.size) plotly().redraw(this.el);
   }
 
-  /** Measured figures of stored rounds ([{round, measured: {participant: figures}}], from the decision log API). */
+  /** Measured figures of stored rounds ([{round, elapsed_s, measured: {participant: figures}}], from
+   * the decision log API; elapsed_s as the view knows it, null if not). */
   addMeasuredHistory(items) {
     const defs = this.defs.filter((def) => def.measured);
     if (!this.drawn || !defs.length || !items.length) return;
     const events = items.map((item) => ({
       round: { round: item.round },
+      elapsed_s: item.elapsed_s,
       devices: Object.entries(item.measured).map(([id, measured]) => ({ device_id: id, measured })),
     }));
     for (const def of defs) this.extendMeasured(def, events, null);
@@ -373,11 +412,14 @@ export class DeviceCharts {
   extendMeasured(def, rounds, only) {
     const trace = this.el.data[this.fixedIndex.get(`${def.id}|measured`)];
     for (const event of rounds) {
+      const [x, customdata] = xPair(this.axis, event.round.round, event.elapsed_s ?? null);
+      if (x === null) continue;
       for (const device of event.devices) {
         const value = def.measured.value(device);
         if (value === null || !this.loaded.has(device.device_id)) continue;
         if (only && !only.has(device.device_id)) continue;
-        trace.x.push(event.round.round);
+        trace.x.push(x);
+        trace.customdata.push(customdata);
         trace.y.push(value);
         trace.text.push(device.device_id);
         trace.marker.color.push(this.color(device.device_id));
@@ -385,6 +427,27 @@ export class DeviceCharts {
     }
     // in the legend once it has points (runs of executors that measure nothing show no entry)
     trace.showlegend = trace.x.length > 0;
+  }
+
+  /** Draw against ``axis`` from now on: every series and the measured points trade x and customdata,
+   * the limit lines span the new range, the axis is reset; one redraw. */
+  setXAxis(axis) {
+    if (axis === this.axis) return;
+    this.axis = axis;
+    for (const own of this.series.values()) swapX(own);
+    if (!this.drawn) return;
+    for (const spec of this.specs) {
+      this.fill(spec.trace, spec);
+      spec.trace.hovertemplate = this.hover(spec);
+    }
+    for (const def of this.defs.filter((d) => d.measured)) {
+      const trace = this.el.data[this.fixedIndex.get(`${def.id}|measured`)];
+      swapX(trace);
+      trace.hovertemplate = this.measuredHover();
+    }
+    this.refreshLimits(this.el.data);
+    Object.assign(this.el.layout.xaxis, xAxisLayout(axis), { autorange: true });
+    plotly().redraw(this.el);
   }
 
   /** Show only the devices ``visible(deviceId)`` accepts (limit and measured traces always shown);

@@ -1,10 +1,12 @@
 // Per-round curves: loss, eval metrics, perplexity (causal LM runs), round latency and the
-// drift-plus-penalty objective terms. History from GET /api/runs/{id}/rounds?fields=...; live rounds
-// appended with extendTraces.
+// drift-plus-penalty objective terms, against the round or the modeled elapsed time (X_AXES). History
+// from GET /api/runs/{id}/rounds?fields=...; live rounds appended with extendTraces.
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
-import { PLOT_CONFIG, baseLayout, liveAxis, plotly, purge, seriesColor, thinTrace } from '../plot.js';
+import {
+  PLOT_CONFIG, X_AXES, baseLayout, liveAxis, plotly, purge, seriesColor, swapX, thinTrace, xAxisLayout, xPair,
+} from '../plot.js';
 
 const max = (values) => (values && values.length ? Math.max(...values) : null);
 
@@ -50,59 +52,90 @@ export function roundFields(charts = ROUND_CHARTS) {
   return charts.flatMap((c) => c.fields);
 }
 
+const hover = (field, axis) => `${field}<br>${X_AXES[axis].hover}<br>%{y}<extra></extra>`;
+const label = (def, axis) => `${def.title} over ${axis === 'round' ? 'rounds' : 'modeled elapsed time'}`;
+
+/** A chart of ``def``'s fields against ``axis`` (a key of X_AXES; setXAxis() switches it). */
 export class RoundChart {
-  constructor(def) {
+  constructor(def, axis = 'round') {
     this.def = def;
-    this.el = h('div.chart', { id: `chart-${def.id}`, 'data-chart': def.id, role: 'img', 'aria-label': `${def.title} over rounds` });
+    this.axis = axis;
+    this.el = h('div.chart', { id: `chart-${def.id}`, 'data-chart': def.id, role: 'img', 'aria-label': label(def, axis) });
     this.panel = h('section.chart-panel', {}, h('h3', {}, def.title), h('p.chart-note', {}, def.note), this.el);
     this.drawn = false;
   }
 
+  /** First draw, from the /rounds answer's series ({field: {round, value, elapsed_s}}). */
   draw(series) {
+    const other = this.axis === 'round' ? 'elapsed_s' : 'round';
     const traces = this.def.fields.map((field, i) => ({
       type: 'scatter',
       mode: 'lines',
       name: field,
-      x: series[field] ? series[field].round.slice() : [],
+      x: series[field] ? series[field][this.axis].slice() : [],
       y: series[field] ? series[field].value.slice() : [],
+      customdata: series[field] ? series[field][other].slice() : [],
       line: { color: seriesColor(i), width: 2 },
-      hovertemplate: `${field}<br>round %{x}<br>%{y}<extra></extra>`,
+      hovertemplate: hover(field, this.axis),
     }));
     this.empty = traces.every((t) => !t.x.length);
     const layout = baseLayout({
       showlegend: true,
       annotations: this.empty ? [EMPTY_NOTE] : [],
       margin: { l: 58, r: 12, t: 24, b: 40 },
-      xaxis: liveAxis({ title: { text: 'round' } }),
+      xaxis: liveAxis(xAxisLayout(this.axis)),
       yaxis: liveAxis({ ...axisFormat(this.def.unit), ...(this.def.log ? { type: 'log', tickformat: '.3~s' } : {}) }),
     });
     plotly().newPlot(this.el, traces, layout, PLOT_CONFIG);
     this.drawn = true;
   }
 
+  /** Draw against ``axis`` from now on: the drawn points trade x and customdata, the axis is reset. */
+  setXAxis(axis) {
+    if (axis === this.axis) return;
+    this.axis = axis;
+    this.el.setAttribute('aria-label', label(this.def, axis));
+    if (!this.drawn) return;
+    this.def.fields.forEach((field, i) => {
+      const trace = this.el.data[i];
+      swapX(trace);
+      trace.hovertemplate = hover(field, axis);
+    });
+    Object.assign(this.el.layout.xaxis, xAxisLayout(axis), { autorange: true });
+    plotly().redraw(this.el);
+  }
+
+  /** Append live rounds ({round: RoundRecord, elapsed_s}: the view's running modeled time at the end
+   * of the round; null if it is not known, and then the round is not drawn against time). */
   extend(rounds) {
     if (!this.drawn || !rounds.length) return;
     const xs = [];
     const ys = [];
+    const cs = [];
     const indices = [];
     this.def.fields.forEach((field, i) => {
       const x = [];
       const y = [];
+      const c = [];
       for (const event of rounds) {
         const value = FROM_RECORD[field](event.round);
         if (value === null || value === undefined || Number.isNaN(value)) continue;
-        x.push(event.round.round);
+        const [px, pc] = xPair(this.axis, event.round.round, event.elapsed_s ?? null);
+        if (px === null) continue;
+        x.push(px);
         y.push(value);
+        c.push(pc);
       }
       if (x.length) {
         thinTrace(this.el.data[i], x.length);
         xs.push(x);
         ys.push(y);
+        cs.push(c);
         indices.push(i);
       }
     });
     if (!indices.length) return;
-    plotly().extendTraces(this.el, { x: xs, y: ys }, indices);
+    plotly().extendTraces(this.el, { x: xs, y: ys, customdata: cs }, indices);
     if (this.empty) {
       this.empty = false;
       plotly().relayout(this.el, { annotations: [] });

@@ -2,12 +2,14 @@
 // ratio to the baseline (GET /api/compare), exportable as CSV (built in the browser from that answer).
 // One curve shows an eval metric the user chooses among the catalogue's (GET /api/config/metrics):
 // at first the one the compared runs have, in EVAL_PREFERENCE's order (perplexity for causal LMs).
+// With a target eval loss (?target= in the address), the table has each run's modeled time to it.
+// The curves are drawn against the round or the modeled elapsed time ("X axis", as on the run view).
 
 import { get } from '../api.js';
 import { EVAL_PREFERENCE } from '../run-info.js';
 import { h, clear, statusBadge, uid } from '../dom.js';
 import { formatNumber, formatPercent, formatRatio, formatValue } from '../format.js';
-import { PLOT_CONFIG, baseLayout, plotly, purge, seriesColor } from '../plot.js';
+import { PLOT_CONFIG, X_AXES, baseLayout, plotly, purge, savedXAxis, seriesColor, xAxisControl, xAxisLayout } from '../plot.js';
 
 const FIGURES = [
   { key: 'mean_latency_s', label: 'Mean latency', format: (v) => formatValue(v, 's') },
@@ -15,6 +17,11 @@ const FIGURES = [
   { key: 'peak_memory_bytes', label: 'Peak memory', format: (v) => formatValue(v, 'bytes') },
   { key: 'mean_energy_budget_ratio', label: 'Energy / budget', format: (v) => formatPercent(v) },
 ];
+// shown when the comparison has a target eval loss: Σ latency_s up to the first round that reached it
+const TIME_TO_TARGET = {
+  key: 'time_to_target_s', label: 'Time to target', format: (v, row) => (v === null || v === undefined ? 'not reached'
+    : `${formatValue(v, 's')} (${row.rounds_to_target} rounds)`),
+};
 const CURVES = [
   { field: 'eval_loss', title: 'Eval loss', unit: '1' },
   { field: null, title: 'Eval metric', unit: '1' }, // the chosen eval metric
@@ -37,6 +44,8 @@ async function evalMetrics() {
 export function mountCompare(main, { query }) {
   const chosen = new Set((query.get('ids') || '').split(',').map(Number).filter((n) => Number.isInteger(n) && n > 0));
   let baseline = Number(query.get('baseline')) || null;
+  const target = query.get('target') || ''; // as typed: the API checks it (a finite loss ≥ 0)
+  let xAxis = savedXAxis();
   let closed = false;
   const charts = [];
   let lastResult = null;
@@ -45,6 +54,9 @@ export function mountCompare(main, { query }) {
   const baselineId = uid('compare-baseline');
   const search = h('input', { id: searchId, type: 'search', placeholder: 'name contains…' });
   const baselineSelect = h('select', { id: baselineId });
+  const targetId = uid('compare-target');
+  const targetInput = h('input', { id: targetId, type: 'number', min: 0, step: 'any', placeholder: 'none', value: target,
+    title: 'each run\'s modeled time (Σ round latency) until its eval loss is at most this' });
   const pickList = h('tbody');
   const compareButton = h('button.btn.btn-primary', { type: 'button' }, 'Compare');
   const exportButton = h('button.btn', { type: 'button', disabled: true }, 'Export CSV');
@@ -56,6 +68,7 @@ export function mountCompare(main, { query }) {
       h('div.filters', {},
         h('div.control', {}, h('label', { for: searchId }, 'Find runs'), search),
         h('div.control', {}, h('label', { for: baselineId }, 'Baseline'), baselineSelect),
+        h('div.control', {}, h('label', { for: targetId }, 'Target eval loss'), targetInput),
         compareButton, exportButton),
       h('div.table-wrap', { style: 'max-height: 260px; overflow-y: auto' },
         h('table', { 'aria-label': 'Runs to compare' },
@@ -98,35 +111,50 @@ export function mountCompare(main, { query }) {
 
   function ratioCell(row, key, format) {
     const ratio = row.ratios[key];
-    return h('td.num', {}, format(row[key]), h('div.small.muted', {}, row.run_id === lastResult.baseline_run_id ? 'baseline' : formatRatio(ratio)));
+    return h('td.num', { 'data-figure': key, 'data-value': row[key] ?? '' }, format(row[key], row),
+      h('div.small.muted', {}, row.run_id === lastResult.baseline_run_id ? 'baseline' : formatRatio(ratio)));
+  }
+
+  /** The figures of the table: the summary's, and the time to target when one was asked. */
+  function figuresOf(result) {
+    return result.target_eval_loss === null || result.target_eval_loss === undefined ? FIGURES : [...FIGURES, TIME_TO_TARGET];
   }
 
   function renderTable(result) {
     const evalKeys = [...new Set(result.runs.flatMap((r) => Object.keys(r.final_eval)))];
+    const figures = figuresOf(result);
+    const targetNote = figures === FIGURES ? ''
+      : ` Time to target: modeled time (Σ round latency) until the eval loss is at most ${formatNumber(result.target_eval_loss, 4)}.`;
     return h('section.panel', {},
       h('h2', {}, 'Figures and ratios to the baseline'),
-      h('p.chart-note', {}, `Each figure, and below it the ratio to run #${result.baseline_run_id}. Final eval figures are from the last evaluated round.`),
+      h('p.chart-note', {}, `Each figure, and below it the ratio to run #${result.baseline_run_id}. Final eval figures are from the last evaluated round.${targetNote}`),
       h('div.table-wrap', {}, h('table', { id: 'compare-table', 'aria-label': 'Comparison' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Run'), h('th', {}, 'Policy'), h('th.num', {}, 'Rounds'),
-          FIGURES.map((f) => h('th.num', {}, f.label)), evalKeys.map((k) => h('th.num', {}, `final ${k}`)))),
+          figures.map((f) => h('th.num', {}, f.label)), evalKeys.map((k) => h('th.num', {}, `final ${k}`)))),
         h('tbody', {}, result.runs.map((row) => h('tr', { 'data-run-id': row.run_id, class: row.run_id === result.baseline_run_id ? 'baseline' : '' },
           h('td', {}, h('a', { href: `#/runs/${row.run_id}` }, row.name), h('span.small.muted', {}, ` #${row.run_id}`)),
           h('td', {}, row.policy), h('td.num', {}, row.rounds_done),
-          FIGURES.map((f) => ratioCell(row, f.key, f.format)),
+          figures.map((f) => ratioCell(row, f.key, f.format)),
           evalKeys.map((k) => h('td.num', {}, formatNumber(row.final_eval[k], 4),
             h('div.small.muted', {}, row.run_id === result.baseline_run_id ? 'baseline' : formatRatio(row.ratios[`final_${k}`]))))))))));
   }
 
+  /** Overlay ``field`` of every run against the chosen x axis (a run's x and customdata: X_AXES). */
   function drawCurve(el, result, series, field) {
     purge(el);
+    const other = xAxis === 'round' ? 'elapsed_s' : 'round';
     const traces = result.runs.map((row, i) => ({
       type: 'scatter', mode: 'lines', name: `#${row.run_id} ${row.name}`,
-      x: series[i].series[field]?.round || [], y: series[i].series[field]?.value || [],
+      x: series[i].series[field]?.[xAxis] || [], y: series[i].series[field]?.value || [],
+      customdata: series[i].series[field]?.[other] || [],
       line: { color: seriesColor(i), width: row.run_id === result.baseline_run_id ? 3 : 2 },
+      hovertemplate: `#${row.run_id} ${field}<br>${X_AXES[xAxis].hover}<br>%{y}<extra></extra>`,
     }));
+    const xaxis = { gridcolor: '#eef1f5', zeroline: false, automargin: true, ...xAxisLayout(xAxis) };
     const yaxis = { gridcolor: '#eef1f5', zeroline: false, automargin: true, ...(LOG_SCALE.has(field) ? { type: 'log', tickformat: '.3~s' } : {}) };
-    plotly().newPlot(el, traces, baseLayout({ showlegend: true, margin: { l: 58, r: 12, t: 30, b: 40 }, yaxis }), PLOT_CONFIG);
+    plotly().newPlot(el, traces, baseLayout({ showlegend: true, margin: { l: 58, r: 12, t: 30, b: 40 }, xaxis, yaxis }), PLOT_CONFIG);
     el.dataset.field = field;
+    el.dataset.xAxis = xAxis;
     if (!charts.includes(el)) charts.push(el);
   }
 
@@ -144,13 +172,16 @@ export function mountCompare(main, { query }) {
 
   async function renderCurves(result) {
     const grid = h('div.grid');
-    results.append(h('div.section-title', {}, h('h2', {}, 'Curves')), grid);
+    let redraw = () => {}; // once the series are at hand: every curve again, against the new axis
+    const control = xAxisControl(xAxis, (axis) => { xAxis = axis; redraw(); });
+    results.append(h('div.section-title', {}, h('h2', {}, 'Curves'), control), grid);
     const metrics = await evalMetrics();
     const fields = [...new Set([...CURVES.map((c) => c.field).filter(Boolean), ...metrics.map((m) => m.name)])];
     const series = await Promise.all(result.runs.map((row) => get(`/api/runs/${row.run_id}/rounds`, {
       fields, max_points: 500,
     })));
     if (closed) return;
+    redraw = () => charts.forEach((el) => drawCurve(el, result, series, el.dataset.field));
     for (const curve of CURVES) {
       if (curve.field) {
         const el = h('div.chart', { 'data-chart': `compare-${curve.field}` });
@@ -172,9 +203,11 @@ export function mountCompare(main, { query }) {
     if (!ids.length) return;
     results.append(h('p.muted', {}, 'Comparing…'));
     try {
-      lastResult = await get('/api/compare', { run_ids: ids.join(','), baseline: baseline || undefined });
+      lastResult = await get('/api/compare', { run_ids: ids.join(','), baseline: baseline || undefined, target_eval_loss: target || undefined });
     } catch (error) {
-      clear(results).append(h('div.panel', {}, h('p.bad', {}, error.message)));
+      // a refused parameter (a target that is not a loss) with the API's reason
+      const reasons = error.details?.map((d) => d.message).join('; ');
+      clear(results).append(h('div.panel', {}, h('p.bad', { role: 'alert' }, reasons ? `${error.message} (${reasons})` : error.message)));
       return;
     }
     if (closed) return;
@@ -190,10 +223,12 @@ export function mountCompare(main, { query }) {
 
   compareButton.addEventListener('click', () => {
     const ids = [...chosen].sort((a, b) => a - b).join(',');
-    const target = `#/compare?ids=${ids}${baseline ? `&baseline=${baseline}` : ''}`;
-    if (location.hash === target) runCompare();
-    else location.hash = target;
+    const typed = targetInput.value.trim();
+    const address = `#/compare?ids=${ids}${baseline ? `&baseline=${baseline}` : ''}${typed ? `&target=${encodeURIComponent(typed)}` : ''}`;
+    if (location.hash === address) runCompare();
+    else location.hash = address;
   });
+  targetInput.addEventListener('keydown', (event) => { if (event.key === 'Enter') compareButton.click(); });
   baselineSelect.addEventListener('change', () => { baseline = Number(baselineSelect.value) || null; });
   exportButton.addEventListener('click', () => downloadCsv(lastResult));
   let searchTimer = null;
@@ -223,11 +258,13 @@ export function compareCsv(result) {
   const header = ['run_id', 'name', 'policy', 'rounds_done', 'baseline_run_id'];
   for (const f of FIGURES) header.push(f.key, `${f.key}_ratio`);
   for (const k of evalKeys) header.push(`final_${k}`, `final_${k}_ratio`);
+  header.push('target_eval_loss', 'time_to_target_s', 'time_to_target_s_ratio', 'rounds_to_target');
   const lines = [header.join(',')];
   for (const row of result.runs) {
     const cells = [row.run_id, row.name, row.policy, row.rounds_done, result.baseline_run_id];
     for (const f of FIGURES) cells.push(row[f.key], row.ratios[f.key]);
     for (const k of evalKeys) cells.push(row.final_eval[k], row.ratios[`final_${k}`]);
+    cells.push(result.target_eval_loss, row.time_to_target_s, row.ratios.time_to_target_s, row.rounds_to_target);
     lines.push(cells.map(csvCell).join(','));
   }
   return `${lines.join('\n')}\n`;

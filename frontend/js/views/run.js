@@ -10,6 +10,11 @@
 // charts on screen at once (one extendTraces each), charts off screen when the browser is idle or
 // when they scroll into view. A big network (more than 16 devices) opens on cluster 0; other
 // clusters load when chosen.
+//
+// Every curve (per-device and round charts) is drawn against the round or the modeled elapsed time
+// (the "X axis" control, kept in localStorage). The history's series carry both; a live round's
+// elapsed time is the view's running sum: the /rounds answer's elapsed_s (at the end of round R)
+// plus each newer round's latency_s, in order. Switching redraws from what the charts hold.
 
 import { get } from '../api.js';
 import { h, clear, statusBadge, progressBar, uid } from '../dom.js';
@@ -17,6 +22,7 @@ import { formatNumber, formatTime } from '../format.js';
 import { subscribe } from '../live.js';
 import { runActions } from '../run-actions.js';
 import { nowUnixMs, recordDraw, recordView, stats } from '../stats.js';
+import { roundOfPoint, savedXAxis, xAxisControl } from '../plot.js';
 import { DEVICE_CHARTS, DEVICE_FIGURES, DeviceCharts, limitMetrics, seriesMetrics } from '../run/device-charts.js';
 import { RoundChart, roundChartsFor, roundFields } from '../run/round-charts.js';
 import { SegmentCharts } from '../run/segments.js';
@@ -82,6 +88,12 @@ export function mountRun(main, { runId }) {
   let pending = [];
   let frame = null;
   let idle = null;
+  let xAxis = savedXAxis(); // 'round' or 'elapsed_s' (X_AXES)
+  // modeled elapsed time (s) at the end of the newest round stamped: undefined until the history's
+  // answer says where the clock stands (rounds received meanwhile wait in ``unstamped``), null if
+  // that failed (live rounds are then drawn per round only)
+  let elapsed;
+  const unstamped = [];
   const recent = [];
   const loaded = new Set();
   const onScreen = new Set();
@@ -196,15 +208,15 @@ export function mountRun(main, { runId }) {
     const n = run.config.network;
     parts.tiles = new Tiles(run.config);
     // the per-device charts: two figures of stacked subplots; only the one on screen redraws live
-    parts.device = DEVICE_FIGURES.map(({ id, charts }) => new DeviceCharts(DEVICE_CHARTS.filter((c) => charts.includes(c.id)), devices, id));
-    parts.round = roundChartsFor(run.config).map((def) => new RoundChart(def));
+    parts.device = DEVICE_FIGURES.map(({ id, charts }) => new DeviceCharts(DEVICE_CHARTS.filter((c) => charts.includes(c.id)), devices, id, xAxis));
+    parts.round = roundChartsFor(run.config).map((def) => new RoundChart(def, xAxis));
     parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_blocks);
     parts.gantt = new GanttView(run.id, n.num_clusters);
     parts.decisions = new DecisionLog(run.id);
     parts.measured = isMeasuredRun(run) ? new MeasuredView(run) : null;
     clear(body).append(
       parts.tiles.el,
-      h('div.section-title', {}, h('h2', {}, 'Per device'), deviceFilter(n.num_clusters, initial),
+      h('div.section-title', {}, h('h2', {}, 'Per device'), deviceFilter(n.num_clusters, initial), xAxisControl(xAxis, setXAxis),
         h('span.small.muted', {}, devices.length > 8 ? `${devices.length} devices: hover a line for its name` : '')),
       ...parts.device.map((c) => c.panel),
       ...(parts.measured ? [
@@ -228,13 +240,33 @@ export function mountRun(main, { runId }) {
     observer.observe(parts.segments.heatEl);
   }
 
+  /** Every curve against ``axis`` from now on (the segment heatmap and the Gantt stay per round). */
+  function setXAxis(axis) {
+    xAxis = axis;
+    for (const chart of [...parts.device, ...parts.round]) chart.setXAxis(axis);
+  }
+
   function wireClicks() {
     for (const chart of [...parts.device, ...parts.round]) {
       chart.el.on('plotly_click', (event) => {
         const point = event.points && event.points[0];
-        if (point && Number.isInteger(point.x)) parts.gantt.show(point.x);
+        const round = point ? roundOfPoint(point, xAxis) : null;
+        if (Number.isInteger(round)) parts.gantt.show(round);
       });
     }
+  }
+
+  // -- the modeled clock of live rounds -----------------------------------------------------------
+
+  function stamp(event) {
+    if (elapsed !== null) elapsed += event.round.latency_s;
+    event.elapsed_s = elapsed;
+  }
+
+  /** The clock stands at ``value`` at the end of round R (null: unknown); stamp the rounds waiting. */
+  function startClock(value) {
+    elapsed = value;
+    unstamped.splice(0).forEach(stamp);
   }
 
   async function loadHistory(initial) {
@@ -251,9 +283,15 @@ export function mountRun(main, { runId }) {
         .then((page) => page.items),
     ]);
     if (closed) return;
+    startClock(empty ? 0 : rounds.elapsed_s);
     const latestDecision = decisionItems.length ? decisionItems[decisionItems.length - 1] : null;
     await parts.decisions.load(R, decisionItems);
-    const measured = parts.measured ? await parts.measured.load(decisionItems, modeledRound(history, latestDecision, R)) : [];
+    // the measured points' elapsed time: the round latency series has every round of a measured
+    // (distributed, short) run; a round it lacks is drawn per round only
+    const clock = new Map((rounds.series.latency_s?.round || []).map((r, i) => [r, rounds.series.latency_s.elapsed_s[i]]));
+    const measured = parts.measured
+      ? (await parts.measured.load(decisionItems, modeledRound(history, latestDecision, R))).map((item) => ({ ...item, elapsed_s: clock.get(item.round) ?? null }))
+      : [];
     if (closed) return;
     const fetched = performance.now();
     // one chart per task: the page keeps answering input while a big run draws
@@ -347,6 +385,8 @@ export function mountRun(main, { runId }) {
     const round = data.round && data.round.round;
     if (!Number.isInteger(round) || round <= lastRound) return; // already drawn (history or stream)
     lastRound = round;
+    if (elapsed === undefined) unstamped.push(data);
+    else stamp(data);
     data.eventId = id;
     data.receivedUnixMs = nowUnixMs();
     pending.push(data);
@@ -401,6 +441,7 @@ export function mountRun(main, { runId }) {
     } catch (error) {
       body.prepend(h('p.bad', {}, `Some figures failed to load: ${error.message}`));
       body.dataset.ready = 'true';
+      if (elapsed === undefined) startClock(null);
     }
     scheduleFlush();
   }

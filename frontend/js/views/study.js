@@ -1,17 +1,21 @@
 // One study (#/studies/{id}): its progress, live from GET /api/studies/{id}/events (the `study`
 // frames), the summary table per cell (mean ± 95 % interval over seeds, ratios to a chosen baseline
-// cell), a figure against one axis with its interval as a band, exports (CSV, Parquet, the
-// self-contained HTML report), and cancel / resume for operators.
+// cell, the time to a target eval loss), a figure against one axis with its interval as a band, the
+// round series per cell (GET /api/studies/{id}/series: one line per cell against the round or the
+// modeled time), exports (CSV, Parquet, the self-contained HTML report), and cancel / resume for
+// operators.
 
-import { get, post } from '../api.js';
+import { get, post, qs } from '../api.js';
 import { h, clear, progressBar, statusBadge, toast, uid } from '../dom.js';
 import { subscribe } from '../live.js';
 import { purge } from '../plot.js';
 import { can } from '../session.js';
 import { drawCiPlot, numericAxes } from '../study/ci-plot.js';
+import { SERIES_X, drawSeriesPlot } from '../study/series-plot.js';
 import { summaryTable } from '../study/summary-table.js';
 
-const RELOAD_EVERY_MS = 1500; // live: the summaries are read again at most this often
+const RELOAD_EVERY_MS = 1500; // live: the summaries (and the round series) are read again at most this often
+const SERIES_POINTS = 500; // per cell: a chart is ~600 px wide
 
 function control(label, input) {
   const id = uid('study-control');
@@ -30,12 +34,19 @@ export function mountStudy(main, { studyId }) {
   const progress = h('div.row', { id: 'study-progress', 'aria-live': 'polite' });
   const actions = h('div.row');
   const baseline = h('select', {}, h('option', { value: '' }, 'the study\'s own'));
+  const target = h('input', { type: 'number', min: '0', step: 'any', placeholder: 'none', inputmode: 'decimal' });
   const metric = h('select');
   const axis = h('select');
   const exportLinks = h('div.row', { id: 'study-exports' });
   const table = h('div', { id: 'study-summary' }, h('p.muted', {}, 'Loading…'));
   const plotNote = h('p.small.muted');
   const plot = h('div.chart', { id: 'study-plot', role: 'img', 'aria-label': 'figure against an axis with 95 % intervals' });
+  const seriesField = h('select');
+  const seriesX = h('select', {}, SERIES_X.map(([value, text]) => h('option', { value }, text)));
+  const seriesNote = h('p.small.muted');
+  const seriesPlot = h('div.chart', { id: 'study-series-plot', role: 'img', 'aria-label': 'round series, one line per cell' });
+  let seriesFieldChosen = false; // until the user picks a field: eval_loss if the runs evaluate, else latency_s
+  let seriesRequest = 0;
   const page = h('div', { id: 'study-page' },
     h('p.small', {}, h('a', { href: '#/studies' }, '← Studies')),
     h('div.page-head', {}, title, status),
@@ -43,10 +54,14 @@ export function mountStudy(main, { studyId }) {
     h('section.panel', { 'aria-labelledby': 'study-table-title' },
       h('h2', { id: 'study-table-title' }, 'Summary per cell'),
       h('p.small.muted', {}, 'Mean over the cell\'s seeds ± the half width of its Student-t 95 % interval; × is the ratio of the mean to the baseline cell\'s.'),
-      h('div.filters', {}, control('Baseline cell', baseline)), table, exportLinks),
+      h('div.filters', {}, control('Baseline cell', baseline), control('Target eval loss', target)), table, exportLinks),
     h('section.panel', { 'aria-labelledby': 'study-plot-title' },
       h('h2', { id: 'study-plot-title' }, 'Figure against an axis'),
-      h('div.filters', {}, control('Figure', metric), control('Against', axis)), plotNote, plot));
+      h('div.filters', {}, control('Figure', metric), control('Against', axis)), plotNote, plot),
+    h('section.panel', { 'aria-labelledby': 'study-series-title' },
+      h('h2', { id: 'study-series-title' }, 'Round series per cell'),
+      h('p.small.muted', {}, 'One line per cell: the mean over the cell\'s seeds at every round all its runs have; modeled time is Σ latency_s up to the round, averaged the same way.'),
+      h('div.filters', {}, control('Field', seriesField), control('X axis', seriesX)), seriesNote, seriesPlot));
   main.append(page);
 
   function renderProgress(p) {
@@ -85,12 +100,14 @@ export function mountStudy(main, { studyId }) {
     if ((p.runs_by_status.failed || 0) + (p.runs_by_status.cancelled || 0) > 0) actions.append(button('resume', `/api/studies/${studyId}/resume`));
   }
 
+  /** The summary's query: the baseline cell and the target eval loss (left out when empty or invalid). */
   function params() {
-    return { baseline_cell: baseline.value };
+    return { baseline_cell: baseline.value, target_eval_loss: target.validity.valid ? target.value : '' };
   }
 
   function renderExports() {
-    const link = (format, text, extra) => h('a.btn.btn-small', { href: `/api/studies/${studyId}/export?format=${format}${baseline.value ? `&baseline_cell=${baseline.value}` : ''}`, 'data-export': format, ...extra }, text);
+    const query = qs(params());
+    const link = (format, text, extra) => h('a.btn.btn-small', { href: `/api/studies/${studyId}/export?format=${format}${query ? `&${query.slice(1)}` : ''}`, 'data-export': format, ...extra }, text);
     exportLinks.replaceChildren(h('span.small.muted', {}, 'Export:'),
       link('csv', 'CSV', { download: `study-${studyId}.csv` }),
       link('parquet', 'Parquet', { download: `study-${studyId}.parquet` }),
@@ -122,6 +139,28 @@ export function mountStudy(main, { studyId }) {
     page.dataset.ready = 'true';
   }
 
+  function defaultSeriesField() {
+    return detail.cells.some((c) => c.metrics.final_eval_loss?.n > 0) ? 'eval_loss' : 'latency_s';
+  }
+
+  async function loadSeries() {
+    if (!detail) return;
+    const field = seriesFieldChosen && seriesField.value ? seriesField.value : defaultSeriesField();
+    const ticket = ++seriesRequest; // a slower earlier answer never overwrites a later one
+    try {
+      const answer = await get(`/api/studies/${studyId}/series`, { field, x: seriesX.value, max_points: SERIES_POINTS });
+      if (closed || ticket !== seriesRequest) return;
+      if (seriesField.options.length !== answer.fields.length) {
+        seriesField.replaceChildren(...answer.fields.map((f) => h('option', { value: f }, f)));
+      }
+      seriesField.value = answer.field;
+      const drawn = drawSeriesPlot(seriesPlot, answer);
+      seriesNote.textContent = drawn ? '' : `No round of ${answer.field} that every run of a cell has yet.`;
+    } catch (error) {
+      if (!closed && ticket === seriesRequest) seriesNote.textContent = `Cannot read the round series: ${error.message}`;
+    }
+  }
+
   function drawPlot() {
     const info = detail.metrics.find((m) => m.name === metric.value);
     if (!info || !axis.value) {
@@ -141,6 +180,7 @@ export function mountStudy(main, { studyId }) {
       if (closed) return null;
       detail = answer;
       render();
+      loadSeries();
       return answer;
     } catch (error) {
       if (!closed) table.replaceChildren(h('p.bad', {}, `Cannot read study ${studyId}: ${error.message}`));
@@ -176,6 +216,18 @@ export function mountStudy(main, { studyId }) {
   }
 
   baseline.addEventListener('change', () => load());
+  target.addEventListener('change', () => {
+    if (!target.validity.valid) {
+      toast('Target eval loss: give a number of 0 or more, or leave it empty.');
+      return;
+    }
+    load();
+  });
+  seriesField.addEventListener('change', () => {
+    seriesFieldChosen = true;
+    loadSeries();
+  });
+  seriesX.addEventListener('change', loadSeries);
   metric.addEventListener('change', drawPlot);
   axis.addEventListener('change', drawPlot);
   load().then((answer) => {
@@ -187,6 +239,7 @@ export function mountStudy(main, { studyId }) {
       clearTimeout(reloadTimer);
       if (closeStream) closeStream();
       purge(plot);
+      purge(seriesPlot);
     },
   };
 }

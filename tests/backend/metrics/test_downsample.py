@@ -12,8 +12,8 @@ from backend.metrics.downsample import downsample, lttb_indices, minmax_indices
 def test_short_series_are_returned_unchanged() -> None:
     x, y = np.arange(5.0), np.array([3.0, 1.0, 4.0, 1.0, 5.0])
     for method in ("lttb", "minmax", "mean", "none"):
-        kx, ky = downsample(x, y, 10, method)
-        assert kx.tolist() == x.tolist() and ky.tolist() == y.tolist()
+        kx, ky, kz = downsample(x, y, 10, method, x * 3)
+        assert kx.tolist() == x.tolist() and ky.tolist() == y.tolist() and kz.tolist() == (x * 3).tolist()
 
 
 def test_lttb_keeps_the_ends_and_a_spike() -> None:
@@ -25,6 +25,16 @@ def test_lttb_keeps_the_ends_and_a_spike() -> None:
     assert np.all(np.diff(keep) > 0)
 
 
+def test_the_companion_is_kept_at_the_points_kept() -> None:
+    rng = np.random.default_rng(1)
+    x = np.arange(2000.0)
+    y = np.cumsum(rng.normal(size=2000))
+    elapsed = np.cumsum(rng.uniform(1.0, 9.0, size=2000))
+    for method in ("lttb", "minmax"):
+        kx, _, kz = downsample(x, y, 100, method, elapsed)
+        assert kz.tolist() == elapsed[kx.astype(int)].tolist(), method
+
+
 def test_minmax_keeps_the_global_extremes() -> None:
     rng = np.random.default_rng(0)
     y = rng.normal(size=10_000)
@@ -34,8 +44,9 @@ def test_minmax_keeps_the_global_extremes() -> None:
 
 def test_mean_buckets_average() -> None:
     x, y = np.arange(10.0), np.arange(10.0) * 2
-    kx, ky = downsample(x, y, 5, "mean")
+    kx, ky, kz = downsample(x, y, 5, "mean", np.cumsum(x))
     assert kx.tolist() == [0.5, 2.5, 4.5, 6.5, 8.5] and ky.tolist() == [1.0, 5.0, 9.0, 13.0, 17.0]
+    assert kz.tolist() == [0.5, 4.5, 12.5, 24.5, 40.5]  # the bucket means of the companion too
 
 
 def _reference_lttb(x: np.ndarray, y: np.ndarray, max_points: int) -> list[int]:
@@ -73,7 +84,7 @@ def test_minmax_and_mean_agree_with_per_bucket_loops() -> None:
     for a, b in itertools.pairwise(edges):
         expected.extend(sorted({a + int(np.argmin(y[a:b])), a + int(np.argmax(y[a:b]))}))
     assert minmax_indices(y, 100).tolist() == expected
-    kx, ky = downsample(x, y, 50, "mean")
+    kx, ky, _ = downsample(x, y, 50, "mean", x)
     edges = np.linspace(0, 1003, 51).astype(int)
     assert np.allclose(ky, [y[a:b].mean() for a, b in itertools.pairwise(edges)])
     assert np.allclose(kx, [x[a:b].mean() for a, b in itertools.pairwise(edges)])
