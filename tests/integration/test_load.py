@@ -5,7 +5,8 @@ a second for 20 s and readiness is polled. Every stream must open and receive ev
 and its final status, the listing must answer every request (10 s timeout), and readiness must never
 report a starved connection pool. Through Redis, a stream of all runs' status changes must stay open
 26 s with a 6 s heartbeat, receiving at least 4 keep-alives (each read blocks longer than redis-py's
-5 s default socket timeout, as with the production heartbeat of 15 s). Latencies are printed (``pytest -s``), never asserted: bench/service.py reports them.
+5 s default socket timeout, as with the production heartbeat of 15 s). Latencies are printed
+(``pytest -s``), never asserted: bench/service.py reports them.
 """
 
 from __future__ import annotations
