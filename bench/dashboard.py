@@ -45,7 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ from sqlalchemy import select  # noqa: E402
 from backend.db.base import utcnow  # noqa: E402
 from backend.db.engine import make_engine, make_session_factory  # noqa: E402
 from backend.db.models import Run, RunEvent  # noqa: E402
-from backend.live.channel import ROUND  # noqa: E402
+from backend.live.channel import ROUND, LiveEvent  # noqa: E402
 from backend.metrics.ingest_repository import insert_round  # noqa: E402
 from backend.runtime import lifecycle  # noqa: E402
 from backend.runtime.lifecycle import Lease, RunStore  # noqa: E402
@@ -164,10 +164,10 @@ class StampingWake:
         self.inner = inner
         self.committed_unix_ms: dict[int, float] = {}
 
-    def notify(self, key: object) -> None:
+    def notify(self, key: object, events: Sequence[LiveEvent]) -> None:
         if isinstance(key, int):
             self.committed_unix_ms[key] = time.time_ns() / 1e6
-        self.inner.notify(key)
+        self.inner.notify(key, events)
 
 
 def publisher(

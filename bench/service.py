@@ -54,6 +54,7 @@ import multiprocessing
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ import httpx  # noqa: E402
 from backend.db.base import utcnow  # noqa: E402
 from backend.db.engine import make_engine, make_session_factory  # noqa: E402
 from backend.db.models import Run  # noqa: E402
-from backend.live.channel import ROUND  # noqa: E402
+from backend.live.channel import ROUND, LiveEvent  # noqa: E402
 from backend.runtime import lifecycle  # noqa: E402
 from backend.runtime.lifecycle import Lease, RunStore  # noqa: E402
 from backend.runtime.redis_wake import RedisWake  # noqa: E402
@@ -207,10 +208,10 @@ class StampingWake:
         self.inner = inner
         self.committed_ns: dict[int, int] = {}
 
-    def notify(self, key: object) -> None:
+    def notify(self, key: object, events: Sequence[LiveEvent]) -> None:
         if isinstance(key, int):
             self.committed_ns[key] = time.monotonic_ns()
-        self.inner.notify(key)
+        self.inner.notify(key, events)
 
 
 def publisher(

@@ -8,10 +8,12 @@ Waiting readers share one tail per event loop (:class:`_Tail`): while any reader
 reads the rows after the newest id it has seen (an index range scan that returns nothing when
 nothing happened) whenever the ``Waiter`` says so — every ``sse_poll_interval_s`` in the embedded
 default, or at once on a Redis wake-up (and at least once a second) with executor=celery — and keeps
-the latest ``recent_events`` events in memory. A reader whose resume point lies inside that window is
-answered from memory; a reader further behind, or reading a run's stream from its start, queries
-the table first. So a new event costs one query per API process whatever the number of readers,
-and an idle server runs no queries.
+the latest ``recent_events`` events in memory. A Redis wake-up carries the events its transaction
+committed: when they directly follow the newest id the tail has, it appends them without a query
+(on a gap it reads the table). A reader whose resume point lies inside the window is answered from
+memory; a reader further behind, or reading a run's stream from its start, queries the table first.
+So a new event costs at most one query per API process whatever the number of readers, and an idle
+server runs no queries.
 
 Retention: a run's events are kept as long as the run (they are deleted with it).
 """
@@ -175,18 +177,35 @@ class _Tail:
         waiter = channel.waiter
         while self._waiting > 0:
             generation = waiter.generation()
-            try:
-                rows = await to_thread.run_sync(channel._rows_after, self.latest, None, True)
-            except Exception:  # the database is briefly unavailable: readers time out or see it later
-                log.exception("live events: reading new events failed; retrying")
-                await asyncio.sleep(1.0)
-                continue
+            rows = self._following(waiter.take_events())
+            if rows is None:
+                try:
+                    rows = await to_thread.run_sync(channel._rows_after, self.latest, None, True)
+                except Exception:  # the database is briefly unavailable: readers time out or see it later
+                    log.exception("live events: reading new events failed; retrying")
+                    await asyncio.sleep(1.0)
+                    continue
             if rows:
                 self._append(rows)
                 self._changed.set()
                 self._changed = asyncio.Event()  # waiters hold the set one; later ones get a fresh one
             if len(rows) < MAX_EVENTS_PER_READ:
                 await waiter.wait(generation, 1.0)
+
+    def _following(self, carried: list[LiveEvent] | None) -> list[LiveEvent] | None:
+        """The events carried by wake-ups that directly follow ``latest`` (ids commit in order, so
+        nothing can still come before them), or None when the table must be read: no events were
+        carried (a timeout, a bare wake-up) or their ids leave a gap (a wake-up was lost, or an id
+        was skipped by a rolled-back transaction)."""
+        if not carried:
+            return None
+        fresh = [event for event in carried if int(event.id) > self.latest]
+        expected = self.latest
+        for event in fresh:
+            expected += 1
+            if int(event.id) != expected:
+                return None
+        return fresh
 
     def _append(self, rows: list[LiveEvent]) -> None:
         self._events.extend(rows)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -37,7 +37,7 @@ from backend.db.engine import SessionFactory
 from backend.db.models import Run, Study
 from backend.db.transaction import after_commit
 from backend.jsonsafe import sanitize
-from backend.live.channel import ROUND, STATUS
+from backend.live.channel import ROUND, STATUS, LiveEvent
 from backend.metrics.ingest_repository import insert_round
 from backend.runtime import repository as repo
 from backend.runtime.repository import ClaimedRun, StatusRow
@@ -79,18 +79,27 @@ class Deferred:
     study_id: int
 
 
-def _status_event(row: StatusRow) -> tuple[int, str, dict[str, object]]:
-    return (row.run_id, STATUS, row.payload())
+def _append(session: Session, events: list[tuple[int, str, dict[str, Any]]]) -> list[LiveEvent]:
+    """Append (run_id, kind, data) events to the outbox (the transaction's last write); the events
+    with their ids, for the wake-up after the commit."""
+    ids = repo.append_events(session, events)
+    return [
+        LiveEvent(str(i), run_id, kind, data) for i, (run_id, kind, data) in zip(ids, events, strict=True)
+    ]
+
+
+def _append_status(session: Session, rows: list[StatusRow]) -> list[LiveEvent]:
+    return _append(session, [(row.run_id, STATUS, row.payload()) for row in rows])
 
 
 def _commit(store: RunStore, session: Session, rows: list[StatusRow]) -> None:
     """Append the status events of ``rows``, commit, wake the readers."""
-    repo.append_events(session, [_status_event(row) for row in rows])
+    events = _append_status(session, rows)
     for row in rows:
         crash_point("status-change", row.status)
     session.commit()
     if rows:
-        store.wake.notify(rows[-1].status)
+        store.wake.notify(rows[-1].status, events)
 
 
 # -- API side: the caller's session commits --------------------------------------------------------
@@ -99,8 +108,8 @@ def _commit(store: RunStore, session: Session, rows: list[StatusRow]) -> None:
 def create(session: Session, run: Run, wake: Wake) -> Run:
     """A new run, queued (creation, a fork)."""
     row = repo.insert_run(session, run)
-    repo.append_events(session, [_status_event(row)])
-    after_commit(session, lambda: wake.notify(row.status))
+    events = _append_status(session, [row])
+    after_commit(session, lambda: wake.notify(row.status, events))
     return run
 
 
@@ -108,8 +117,8 @@ def cancel(session: Session, run_id: int, wake: Wake) -> Literal["cancelled", "r
     """A queued run is cancelled now; a running one is asked to stop after its round; else None."""
     row = repo.cancel_queued(session, run_id, utcnow())
     if row is not None:
-        repo.append_events(session, [_status_event(row)])
-        after_commit(session, lambda: wake.notify(row.status))
+        events = _append_status(session, [row])
+        after_commit(session, lambda: wake.notify(row.status, events))
         return "cancelled"
     return "requested" if repo.request_cancel(session, run_id) else None
 
@@ -119,16 +128,16 @@ def resume(session: Session, run_id: int, wake: Wake) -> bool:
     row = repo.requeue_finished(session, run_id)
     if row is None:
         return False
-    repo.append_events(session, [_status_event(row)])
-    after_commit(session, lambda: wake.notify(row.status))
+    events = _append_status(session, [row])
+    after_commit(session, lambda: wake.notify(row.status, events))
     return True
 
 
 def create_study(session: Session, study: Study, runs: list[Run], wake: Wake) -> Study:
     """A new study and all its runs, queued, with their status events."""
     rows = repo.insert_study(session, study, runs)
-    repo.append_events(session, [_status_event(row) for row in rows])
-    after_commit(session, lambda: wake.notify("queued"))
+    events = _append_status(session, rows)
+    after_commit(session, lambda: wake.notify("queued", events))
     return study
 
 
@@ -137,9 +146,9 @@ def cancel_study(session: Session, study_id: int, wake: Wake) -> tuple[int, int]
     their round; (cancelled, asked). Queued ones first: a run claimed meanwhile is then running."""
     rows = repo.cancel_queued_of_study(session, study_id, utcnow())
     asked = repo.request_cancel_of_study(session, study_id)
-    repo.append_events(session, [_status_event(row) for row in rows])
+    events = _append_status(session, rows)
     if rows:
-        after_commit(session, lambda: wake.notify("cancelled"))
+        after_commit(session, lambda: wake.notify("cancelled", events))
     return len(rows), asked
 
 
@@ -147,9 +156,9 @@ def resume_study(session: Session, study_id: int, wake: Wake) -> list[int]:
     """Every failed or cancelled run of the study back to the queue; their ids (enqueue them after
     the commit)."""
     rows = repo.requeue_finished_of_study(session, study_id)
-    repo.append_events(session, [_status_event(row) for row in rows])
+    events = _append_status(session, rows)
     if rows:
-        after_commit(session, lambda: wake.notify("queued"))
+        after_commit(session, lambda: wake.notify("queued", events))
     return [row.run_id for row in rows]
 
 
@@ -197,13 +206,12 @@ def record_round(store: RunStore, lease: Lease, result: RoundResult) -> bool:
             session.rollback()
             raise LeaseLost(f"run {lease.run_id}: lease {lease.token!r} was taken over")
         inserted = insert_round(session, lease.run_id, result)
-        if inserted:
-            repo.append_events(session, [(lease.run_id, ROUND, sanitize(result.to_json()))])
+        events = _append(session, [(lease.run_id, ROUND, sanitize(result.to_json()))]) if inserted else []
         crash_point("round-before-commit", index)
         session.commit()
     crash_point("round-after-commit", index)
     if inserted:
-        store.wake.notify(index)
+        store.wake.notify(index, events)
     return inserted
 
 

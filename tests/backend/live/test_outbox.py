@@ -17,10 +17,10 @@ from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.models import Run
-from backend.live.channel import ROUND
+from backend.live.channel import ROUND, LiveEvent
 from backend.live.outbox import OutboxChannel
 from backend.runtime import repository as repo
-from backend.runtime.redis_wake import RedisWake, RedisWakeListener
+from backend.runtime.redis_wake import MAX_CARRIED_BYTES, RedisWake, RedisWakeListener
 from backend.runtime.wake import NoWake, PollWaiter, Waiter, Wake
 from backend.settings import Settings
 from tests.backend.builders import insert_run
@@ -35,7 +35,7 @@ def publisher(factory: sessionmaker[Session], wake: Wake) -> Publish:
         with factory() as session:
             (event_id,) = repo.append_events(session, [(run_id, kind, data)])
             session.commit()
-        wake.notify(kind)
+        wake.notify(kind, [LiveEvent(str(event_id), run_id, kind, data)])
         return str(event_id)
 
     return publish
@@ -183,3 +183,86 @@ def test_a_stream_from_the_start_never_shows_a_deleted_runs_events(
         return [e.data for e in events]
 
     assert asyncio.run(scenario()) == [{"round": {"round": 7}}]
+
+
+def _counting_table_reads(channel: OutboxChannel) -> list[int]:
+    """Count the channel's reads of the table (one element per read)."""
+    reads: list[int] = []
+    rows_after = channel._rows_after
+
+    def counted(*args: Any) -> Any:
+        reads.append(1)
+        return rows_after(*args)
+
+    channel._rows_after = counted  # type: ignore[method-assign]
+    return reads
+
+
+@pytest.mark.deployments("production")
+def test_events_carried_by_wake_ups_are_delivered_without_reading_the_table(
+    session_factory: sessionmaker[Session], settings: Settings
+) -> None:
+    """A wake-up carries its transaction's events: a reader that has every earlier one gets them
+    with no query, in order."""
+    run_a = insert_run(session_factory)
+    listener = RedisWakeListener(settings.redis_url, settings.redis_key_prefix, fallback_poll_s=30.0)
+    channel = OutboxChannel(session_factory, listener)
+    wake = RedisWake(settings.redis_url, settings.redis_key_prefix)
+    publish = publisher(session_factory, wake)
+    reads = _counting_table_reads(channel)
+
+    async def scenario() -> tuple[list[Any], int]:
+        await asyncio.to_thread(publish, run_a, ROUND, {"round": {"round": 0}})
+        (first,) = await channel.read(run_a, None, 5.0)  # a stream from its start reads the table
+        last = first.id
+        assert await channel.read(run_a, last, 0.5) == []  # subscribed: the tail is up to date
+        before = len(reads)
+        received: list[Any] = []
+        for n in range(1, 4):
+            reader = asyncio.create_task(channel.read(run_a, last, 20.0))
+            await asyncio.sleep(0.05)
+            await asyncio.to_thread(publish, run_a, ROUND, {"round": {"round": n}})
+            events = await asyncio.wait_for(reader, 5.0)
+            received.extend(e.data for e in events)
+            last = events[-1].id
+        await channel.aclose()
+        return received, len(reads) - before
+
+    received, table_reads = asyncio.run(scenario())
+    wake.close()
+    assert received == [{"round": {"round": n}} for n in range(1, 4)]
+    assert table_reads == 0
+
+
+@pytest.mark.deployments("production")
+def test_a_gap_before_carried_events_and_a_bare_wake_up_read_the_table(
+    session_factory: sessionmaker[Session], settings: Settings
+) -> None:
+    """An event whose wake-up was lost, then one whose wake-up carries it: the reader reads the
+    table and gets both in order; an event too large to carry comes through the table as well."""
+    run_a = insert_run(session_factory)
+    listener = RedisWakeListener(settings.redis_url, settings.redis_key_prefix, fallback_poll_s=30.0)
+    channel = OutboxChannel(session_factory, listener)
+    wake = RedisWake(settings.redis_url, settings.redis_key_prefix)
+    lost, carried = publisher(session_factory, NoWake()), publisher(session_factory, wake)
+    large = {"round": {"round": 2}, "padding": "x" * (MAX_CARRIED_BYTES + 1)}
+
+    async def scenario() -> list[Any]:
+        last = await channel.head(run_a)
+        assert await channel.read(run_a, last, 0.5) == []  # subscribed
+        reader = asyncio.create_task(channel.read(run_a, last, 20.0))
+        await asyncio.sleep(0.05)
+        await asyncio.to_thread(lost, run_a, ROUND, {"round": {"round": 0}})
+        await asyncio.to_thread(carried, run_a, ROUND, {"round": {"round": 1}})
+        events = await asyncio.wait_for(reader, 5.0)
+        while len(events) < 2:
+            events += await asyncio.wait_for(channel.read(run_a, events[-1].id, 20.0), 5.0)
+        reader = asyncio.create_task(channel.read(run_a, events[-1].id, 20.0))
+        await asyncio.sleep(0.05)
+        await asyncio.to_thread(carried, run_a, ROUND, large)
+        events += await asyncio.wait_for(reader, 5.0)
+        await channel.aclose()
+        return [e.data["round"]["round"] for e in events]
+
+    assert asyncio.run(scenario()) == [0, 1, 2]
+    wake.close()

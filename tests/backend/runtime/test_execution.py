@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.models import DeviceMetric, RoundMetric, Run, RunEvent
-from backend.live.channel import ROUND, STATUS
+from backend.live.channel import ROUND, STATUS, LiveEvent
 from backend.runtime import lifecycle
 from backend.runtime.execution import checkpoint_dir_for, execute_run
 from backend.runtime.lifecycle import RunStore
@@ -26,7 +27,7 @@ class HookWake:
     def __init__(self, on_round: Any = None) -> None:
         self.on_round = on_round
 
-    def notify(self, key: object) -> None:
+    def notify(self, key: object, events: Sequence[LiveEvent]) -> None:
         if isinstance(key, int) and self.on_round is not None:
             self.on_round(key)
 

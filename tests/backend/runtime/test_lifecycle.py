@@ -4,6 +4,7 @@ the same transaction, and the fencing of executor-side writes by the lease token
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.models import RoundMetric, Run, RunEvent
-from backend.live.channel import ROUND, STATUS
+from backend.live.channel import ROUND, STATUS, LiveEvent
 from backend.runtime import lifecycle
 from backend.runtime.lifecycle import Lease, LeaseLost, RunStore
 from collapipe_core.records import RoundResult
@@ -25,7 +26,7 @@ class Wakes:
     def __init__(self) -> None:
         self.keys: list[object] = []
 
-    def notify(self, key: object) -> None:
+    def notify(self, key: object, events: Sequence[LiveEvent]) -> None:
         self.keys.append(key)
 
 

@@ -5,6 +5,7 @@ start, and the Celery hand-over sends the deferred runs when a slot frees."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.models import Run, Study
-from backend.live.channel import STATUS
+from backend.live.channel import STATUS, LiveEvent
 from backend.runtime import lifecycle
 from backend.runtime.celery_dispatch import CeleryRunExecutor
 from backend.runtime.lifecycle import Deferred, Lease, RunStore
@@ -22,7 +23,7 @@ Factory = sessionmaker[Session]
 
 
 class Wakes:
-    def notify(self, key: object) -> None:
+    def notify(self, key: object, events: Sequence[LiveEvent]) -> None:
         pass
 
 
