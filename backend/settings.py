@@ -89,6 +89,14 @@ class Settings(BaseSettings):
     threads_per_run: int | None = Field(
         default=None, ge=1, description="torch threads in each local run process (default: cores / runs)"
     )
+    run_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="niceness added to the processes that execute runs (local run processes, Celery worker "
+        "processes): on a host shared with the API, training then never delays the API or live streams; "
+        "0 keeps the priority",
+    )
     cookie_secure: bool = Field(default=False, description="set Secure on the session cookie (HTTPS)")
     session_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0, description="browser session lifetime")
     lease_s: float = Field(default=60.0, gt=0, description="a run's lease; renewed every round and lease/3")

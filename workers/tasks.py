@@ -21,7 +21,7 @@ from celery import Task, signals
 from backend.runtime.celery_app import REAP_TASK, RUN_TASK
 from backend.runtime.execution import execute_run
 from workers.celery_app import app
-from workers.context import close_worker_context, worker_context
+from workers.context import close_worker_context, get_worker_settings, worker_context
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,12 @@ def reap_stale_runs() -> dict[str, list[int]]:
 
     report = reaper_for_worker().sweep()
     return {"requeued": report.requeued, "resent": report.resent}
+
+
+@signals.worker_process_init.connect  # type: ignore[untyped-decorator]
+def _lower_priority(**_: Any) -> None:
+    """Runs execute at ``run_nice`` (set before the process starts any thread: threads inherit it)."""
+    os.nice(get_worker_settings().run_nice)
 
 
 @signals.worker_process_shutdown.connect  # type: ignore[untyped-decorator]

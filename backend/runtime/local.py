@@ -82,11 +82,14 @@ def run_child(
     claimant: str,
     lease_s: float,
     threads: int,
+    nice: int,
     workspace: Workspace,
     environment: dict[str, str],
 ) -> None:
     """Entry point of a run's process. ``environment``: the API process's ``COLLAPIPE_*`` variables
-    when the run started (they replace the forkserver's)."""
+    when the run started (they replace the forkserver's). ``nice`` is added to the process's
+    niceness before any thread starts (threads inherit it)."""
+    os.nice(nice)
     import torch
 
     from backend.db.engine import make_engine, make_session_factory
@@ -184,6 +187,7 @@ class LocalDispatcher:
                 claimant,
                 s.lease_s,
                 self.threads_per_run,
+                s.run_nice,
                 s.workspace(),
                 {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)},
             ),

@@ -8,6 +8,7 @@ process, lease recovery on start, requeue on shutdown) are embedded only.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -221,3 +222,23 @@ def test_sigkill_at_every_point_of_a_round_loses_and_repeats_nothing(
     assert stored_records(embedded.session_factory, run_id) == stored_records(
         embedded.session_factory, reference
     )
+
+
+def test_runs_execute_at_a_lower_cpu_priority_than_the_api(embedded: Embedded, deployment: str) -> None:
+    """The process executing a run (the local run process, or the Celery worker process whose pid its
+    claimant names) runs at ``run_nice`` (10) above the API's niceness."""
+    run_id = embedded.launch(tiny_config(training={"rounds": 400}, scheduler={"policy": SLOW}))
+    embedded.wait(run_id, lambda r: r["rounds_done"] >= 1)
+    if deployment == "embedded":
+        pid = embedded.dispatcher.children[run_id].process.pid
+    else:
+        with embedded.session_factory() as session:
+            from backend.db.models import Run
+
+            run = session.get(Run, run_id)
+            assert run is not None and run.lease_owner is not None
+            pid = int(run.lease_owner.split(":")[1])  # host:pid:task:random
+    assert pid is not None
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+    assert embedded.post(f"/api/runs/{run_id}/cancel").status_code == 200
+    assert embedded.wait_finished(run_id)["status"] == "cancelled"
