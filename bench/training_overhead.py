@@ -14,7 +14,12 @@ spread (min–max) over the repeats are printed, and the ratios:
   ``loss.sum(chunk) / N`` backward per micro-batch, one optimizer step (goal: simulated_train at
   most 1.05 × this). For a transformers model that is the transformers model itself, called as its
   users call it (``model(input_ids, attention_mask).logits``), not the split parts;
-- ``plain_full_batch``: the same samples as one batch (the cost of micro-batching itself).
+- ``plain_full_batch``: the same samples as one batch (the cost of micro-batching itself);
+- ``simulated_train_no_noise`` / ``simulated_round_no_noise``: the simulated executor without its
+  gradient noise measurement (its ``GradientNormProbe`` replaced by one without hooks), so that the
+  measurement's cost is the ratio of ``simulated_train`` to this, side by side in the same run. The
+  measurement's work is inside ``simulated_train``: the hooks run in the backward passes and the
+  probe's ``finish_step`` (the accumulated gradient's norm) is timed with the training steps.
 
 One torch thread. Print: ``.venv/bin/python bench/training_overhead.py [--repeats 7]``
 """
@@ -41,6 +46,7 @@ from collapipe_core import api  # noqa: E402
 from collapipe_core.config import ExperimentConfig  # noqa: E402
 from collapipe_core.data import batch_indices, load_dataset  # noqa: E402
 from collapipe_core.decision import Decision  # noqa: E402
+from collapipe_core.gradient_noise import GradientNormSums  # noqa: E402
 from collapipe_core.models import split_targets  # noqa: E402
 from collapipe_core.models.losses import source_mask  # noqa: E402
 from collapipe_core.pipeline import simulated as simulated_module  # noqa: E402
@@ -70,12 +76,39 @@ class Timer:
         return timed
 
 
+class NoProbe:
+    """The gradient norm probe without hooks: the simulated executor without its noise measurement."""
+
+    def __init__(self, parameters: Any, kept: Any = ()) -> None:
+        pass
+
+    def __enter__(self) -> NoProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def start_step(self) -> None:
+        pass
+
+    def finish_step(self, num_microbatches: int, microbatch_size: int) -> GradientNormSums:
+        return GradientNormSums(0.0, 0.0, num_microbatches, microbatch_size)
+
+
 @contextmanager
-def instrumented(train: Timer, evaluation: Timer) -> Iterator[None]:
-    """Time the simulated executor's training steps and its evaluation from inside ``execute``."""
+def instrumented(train: Timer, evaluation: Timer, measure_noise: bool = True) -> Iterator[None]:
+    """Time the simulated executor's training steps and its evaluation from inside ``execute``;
+    ``measure_noise`` False runs it without the gradient noise measurement."""
     original_accumulate = simulated_module.accumulate_microbatches
     original_optimizer = simulated_module.make_optimizer
     original_evaluate = simulated_module.evaluate_model
+    original_probe = simulated_module.GradientNormProbe
+
+    class TimedProbe(original_probe):  # type: ignore[misc, valid-type]
+        def finish_step(self, num_microbatches: int, microbatch_size: int) -> GradientNormSums:
+            finish = train.wrap(super().finish_step)
+            sums: GradientNormSums = finish(num_microbatches, microbatch_size)
+            return sums
 
     def timed_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
         optimizer = original_optimizer(config, model)
@@ -86,12 +119,14 @@ def instrumented(train: Timer, evaluation: Timer) -> Iterator[None]:
     simulated_module.accumulate_microbatches = train.wrap(original_accumulate)
     simulated_module.make_optimizer = timed_optimizer
     simulated_module.evaluate_model = evaluation.wrap(original_evaluate)
+    simulated_module.GradientNormProbe = TimedProbe if measure_noise else NoProbe  # type: ignore[misc]
     try:
         yield
     finally:
         simulated_module.accumulate_microbatches = original_accumulate
         simulated_module.make_optimizer = original_optimizer
         simulated_module.evaluate_model = original_evaluate
+        simulated_module.GradientNormProbe = original_probe  # type: ignore[misc]
 
 
 class Plain:
@@ -147,15 +182,16 @@ def measure(path: str, repeats: int) -> dict[str, Any]:
     train, evaluation = Timer(), Timer()
     ways: dict[str, Callable[[], tuple[float, float]]] = {}
 
-    def simulated() -> tuple[float, float]:
+    def simulated(measure_noise: bool = True) -> tuple[float, float]:
         train.seconds = evaluation.seconds = 0.0
         started = time.perf_counter()
-        with instrumented(train, evaluation):
+        with instrumented(train, evaluation, measure_noise):
             executor.execute(state, decision)
         whole = time.perf_counter() - started - evaluation.seconds
         return train.seconds, whole
 
     ways["simulated"] = simulated
+    ways["simulated_no_noise"] = lambda: simulated(measure_noise=False)
     ways["plain_accumulated"] = lambda: (plain.round(state, decision, True),) * 2
     ways["plain_full_batch"] = lambda: (plain.round(state, decision, False),) * 2
     simulated()  # warm-up: allocator, lazy imports
@@ -163,6 +199,8 @@ def measure(path: str, repeats: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {
         "simulated_train": [],
         "simulated_round": [],
+        "simulated_train_no_noise": [],
+        "simulated_round_no_noise": [],
         "plain_accumulated": [],
         "plain_full_batch": [],
     }
@@ -170,9 +208,10 @@ def measure(path: str, repeats: int) -> dict[str, Any]:
     for r in range(repeats):
         for name in order[r % len(order) :] + order[: r % len(order)]:
             first, second = ways[name]()
-            if name == "simulated":
-                times["simulated_train"].append(first / samples)
-                times["simulated_round"].append(second / samples)
+            if name.startswith("simulated"):
+                suffix = name.removeprefix("simulated")
+                times[f"simulated_train{suffix}"].append(first / samples)
+                times[f"simulated_round{suffix}"].append(second / samples)
             else:
                 times[name].append(first / samples)
     median = {k: statistics.median(v) for k, v in times.items()}
@@ -195,6 +234,12 @@ def measure(path: str, repeats: int) -> dict[str, Any]:
             ),
             "plain_accumulated / plain_full_batch (micro-batching itself)": round(
                 median["plain_accumulated"] / median["plain_full_batch"], 3
+            ),
+            "simulated_train / simulated_train_no_noise (the gradient noise measurement)": round(
+                median["simulated_train"] / median["simulated_train_no_noise"], 3
+            ),
+            "simulated_train_no_noise / plain_accumulated": round(
+                median["simulated_train_no_noise"] / median["plain_accumulated"], 3
             ),
         },
     }

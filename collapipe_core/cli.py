@@ -196,6 +196,70 @@ def schedule(
         raise _fail(str(err)) from None
 
 
+@app.command()
+def calibrate(
+    config_path: ConfigPath,
+    rounds: Annotated[int, typer.Option(help="rounds of the short training")] = 5,
+    microbatches: Annotated[
+        int | None,
+        typer.Option(help="micro-batches per step, at least 2 (default: scheduler.num_microbatches)"),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option(help="where to write the config (default: CONFIG itself, rewritten)")
+    ] = None,
+) -> None:
+    """Measure the gradient noise scale in a short training; write it to scheduler.gradient_noise_scale.
+
+    Trains the config's model and data with the simulated executor and the uniform policy at a fixed
+    number of micro-batches, for runs that do not measure it themselves (the analytic executor).
+    """
+    from collapipe_core.calibration import CalibrationError
+    from collapipe_core.calibration import calibrate as measure
+
+    config = _load(config_path, {})
+    try:
+        with progress_bar(err_console) as progress:
+            task = progress.add_task("calibrating", total=rounds, status="")
+
+            def on_round(result: Any) -> None:
+                value = result.round.gradient_noise_scale
+                status = "B_noise -" if value is None else f"B_noise {value:.4g}"
+                progress.update(task, advance=1, status=status)
+
+            found = measure(config, rounds, microbatches, on_round=on_round)
+    except (CalibrationError, ConfigError) as err:
+        raise _fail(str(err)) from None
+    target = output or config_path
+    data = _raw_config(config_path)
+    data.setdefault("scheduler", {})["gradient_noise_scale"] = found.gradient_noise_scale
+    text = json.dumps(data, indent=2) + "\n" if target.suffix.lower() == ".json" else _yaml_text(data)
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise _fail(f"{target}: cannot write the config: {err.strerror}") from None
+    console.print(
+        f"B_noise = {found.gradient_noise_scale:.4g} samples (tr(Σ) {found.gradient_variance:.4g}, "
+        f"|G|² {found.gradient_sq_norm:.4g}; {found.rounds} rounds of {found.num_microbatches} "
+        f"micro-batches of {found.microbatch_size})\nwrote scheduler.gradient_noise_scale to {target}",
+        highlight=False,
+    )
+
+
+def _raw_config(path: Path) -> dict[str, Any]:
+    """The config file's own mapping (only what it sets; comments are not kept)."""
+    from collapipe_core.validation import read_yaml
+
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text) if path.suffix.lower() == ".json" else read_yaml(text)
+    return dict(data or {})
+
+
+def _yaml_text(data: dict[str, Any]) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+
+
 @config_app.command("schema")
 def config_schema() -> None:
     """Print the JSON Schema of experiment configs."""

@@ -20,7 +20,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 DATASETS_SEQ2SEQ = ("cmudict", "synthetic-reverse")
 DATASETS_CLASSIFIER = ("django-langid", "synthetic-parity")
@@ -400,6 +408,12 @@ class SchedulerConfig(_Section):
         description="λ: weight of the convergence term G(M)",
     )
     gradient_variance: float = Field(default=1.0, ge=0.0, le=MAX_FLOAT, description="σ² of G(M) = σ²/(N·M·b)")
+    gradient_noise_scale: PositiveFloat | None = Field(
+        default=None,
+        description="B_noise = tr(Σ)/|G|² (samples) for runs that do not measure it (the analytic "
+        "executor trains nothing); `collapipe calibrate CONFIG` measures it in a short training and writes "
+        "it here",
+    )
     num_microbatches: Integral = Field(default=4, ge=1, le=2**20, description="M used by fixed-M baselines")
     max_microbatches: Integral = Field(
         default=16, ge=1, le=2**20, description="largest M the schedulers may choose"
@@ -411,6 +425,16 @@ class SchedulerConfig(_Section):
     )
 
     model_config = ConfigDict(**STRICT, populate_by_name=True)
+
+    @field_validator("gradient_noise_scale", mode="before")
+    @classmethod
+    def _positive_noise_scale(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool) and value <= 0:
+            raise ValueError(
+                "the gradient noise scale is a positive number of samples (tr(Σ)/|G|²); measure it with "
+                "`collapipe calibrate CONFIG`, or leave it out"
+            )
+        return value
 
 
 Executor = Literal["analytic", "simulated", "distributed"]

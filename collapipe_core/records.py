@@ -67,6 +67,13 @@ class RoundRecord:
     # server). Kept in the round record so the CU's and the edge server's figures, which have no
     # DeviceRecord, are stored with the round (the service keeps the round record as JSON).
     measured: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the gradient noise scale B_noise = tr(Σ)/|G|² (samples), from the training steps' gradient norms
+    # (collapipe_core.gradient_noise): the running average over the rounds so far, and this round's own
+    # estimates of tr(Σ) (per sample) and |G|². None without training, or without a step of M ≥ 2
+    # (and B_noise while the averaged |G|² is not positive)
+    gradient_noise_scale: float | None = None
+    gradient_variance: float | None = None
+    gradient_sq_norm: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,6 +4,10 @@
 round is sent to the sink and then checkpointed, so a crash loses no reported round; a round that
 was reported but not checkpointed is re-run on resume and re-reported with identical content (every
 random draw is derived from the seed and the round index), which the service's unique keys absorb.
+
+The runner keeps the running averages behind the gradient noise scale
+(:class:`~collapipe_core.gradient_noise.NoiseScaleAverage`) and checkpoints them with the run; a
+checkpoint written before they existed resumes with the averages started afresh.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collapipe_core.checkpoint import config_fingerprint, load_checkpoint, save_
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel import Evaluation, evaluate
 from collapipe_core.decision import Decision
+from collapipe_core.gradient_noise import NoiseScaleAverage
 from collapipe_core.network import FloatArray, device_id
 from collapipe_core.pipeline.executor import AnalyticExecutor, Executor, TrainingOutcome
 from collapipe_core.pipeline.split import plan_segments
@@ -48,6 +53,7 @@ class RunSummary:
     final_eval: dict[str, float] = field(default_factory=dict)
     infeasible_rounds: int = 0
     data_truncated_rows: int = 0  # user files: rows cut to the model's lengths (data.truncate)
+    gradient_noise_scale: float | None = None  # B_noise (samples) averaged up to the last round done
 
 
 def make_executor(config: ExperimentConfig, workspace: Workspace) -> tuple[Executor, Environment]:
@@ -93,6 +99,7 @@ class Runner:
         shape = self.env.scenario.shape
         self.queues: FloatArray = np.zeros(shape)
         self.next_round = 0
+        self.gradient_noise = NoiseScaleAverage()
         self._summary_acc = _SummaryAccumulator(self.env)
 
     def resume(self) -> int:
@@ -111,6 +118,8 @@ class Runner:
         self.queues = np.asarray(payload["queues"], dtype=np.float64)
         self.executor.load_state_dict(payload["executor"])
         self._summary_acc.load(payload["summary"])
+        noise = payload.get("gradient_noise")
+        self.gradient_noise = NoiseScaleAverage() if noise is None else NoiseScaleAverage.from_json(noise)
         return self.next_round
 
     def run(
@@ -135,6 +144,7 @@ class Runner:
                 break
         summary = self._summary_acc.summary(self.next_round, total, stopped or self.next_round < total)
         summary.data_truncated_rows = self.data_truncated_rows
+        summary.gradient_noise_scale = self.gradient_noise.noise_scale
         return summary
 
     def run_round(self, t: int) -> RoundResult:
@@ -144,7 +154,10 @@ class Runner:
         solve_time = time.perf_counter() - started
         ev = evaluate(state, decision)
         outcome = self.executor.execute(state, decision)
-        result = build_result(state, decision, ev, outcome, self.policy.name, solve_time)
+        self.gradient_noise = self.gradient_noise.update(outcome.gradient_noise)
+        result = build_result(
+            state, decision, ev, outcome, self.policy.name, solve_time, self.gradient_noise.noise_scale
+        )
         self.queues = update_queues(self.queues, ev.energy_j, self.env.scenario.energy_budget_j)
         self._summary_acc.add(result, ev)
         return result
@@ -160,6 +173,7 @@ class Runner:
                 "executor": self.executor.state_dict(),
                 "config_fingerprint": config_fingerprint(self.config),
                 "summary": self._summary_acc.dump(),
+                "gradient_noise": self.gradient_noise.to_json(),
             },
         )
 
@@ -171,9 +185,14 @@ def build_result(
     outcome: TrainingOutcome,
     policy_name: str,
     solve_time_s: float,
+    gradient_noise_scale: float | None = None,
 ) -> RoundResult:
-    """Turn a round's decision, modeled figures and training outcome into records."""
+    """Turn a round's decision, modeled figures and training outcome into records.
+
+    ``gradient_noise_scale``: B_noise averaged over the rounds so far (the runner's); the outcome
+    carries this round's own estimates."""
     sc = state.scenario
+    noise = outcome.gradient_noise
     devices = []
     for n, cluster in enumerate(decision.clusters):
         ranges = plan_segments(cluster.num_blocks) if decision.mode == "pipeline" else None
@@ -226,6 +245,9 @@ def build_result(
         eval_metrics=dict(outcome.eval_metrics),
         decision=decision.to_json(),
         measured={participant: dict(figures) for participant, figures in outcome.measured.items()},
+        gradient_noise_scale=gradient_noise_scale,
+        gradient_variance=None if noise is None else noise.trace,
+        gradient_sq_norm=None if noise is None else noise.sq_norm,
     )
     return RoundResult(round=record, devices=tuple(devices))
 

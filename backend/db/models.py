@@ -45,7 +45,7 @@ DEVICE_METRIC_COLUMNS = (
     "memory_capacity_bytes",
     "energy_budget_j",
 )
-ROUND_METRIC_COLUMNS = ("latency_s", "objective", "train_loss", "eval_loss")
+ROUND_METRIC_COLUMNS = ("latency_s", "objective", "train_loss", "eval_loss", "gradient_noise_scale")
 
 
 def _in(values: tuple[str, ...]) -> str:
@@ -172,6 +172,7 @@ class RoundMetric(Base):
     objective: Mapped[float] = mapped_column(Float)
     train_loss: Mapped[float | None] = mapped_column(Float)
     eval_loss: Mapped[float | None] = mapped_column(Float)
+    gradient_noise_scale: Mapped[float | None] = mapped_column(Float)  # B_noise averaged (samples)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 

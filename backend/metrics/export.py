@@ -32,6 +32,9 @@ ROUND_COLUMNS = (
     "feasible",
     "train_loss",
     "eval_loss",
+    "gradient_noise_scale",
+    "gradient_variance",
+    "gradient_sq_norm",
 )
 ROUND_LIST_COLUMNS = ("num_microbatches", "makespan_s", "bubble_fraction", "violations")
 DEVICE_COLUMNS = (

@@ -54,6 +54,8 @@ RECORD_FIELDS: dict[str, Extractor] = {
             "convergence",
             "solve_time_s",
             "solver_iterations",
+            "gradient_variance",
+            "gradient_sq_norm",
         )
     },
     "eval_accuracy": _eval("eval_accuracy"),
@@ -64,7 +66,7 @@ RECORD_FIELDS: dict[str, Extractor] = {
     "num_microbatches_mean": _reduce("num_microbatches", _mean),
 }
 ROUND_FIELDS = (*ROUND_METRIC_COLUMNS, *RECORD_FIELDS)
-DEFAULT_ROUND_FIELDS = ROUND_METRIC_COLUMNS
+DEFAULT_ROUND_FIELDS = ("latency_s", "objective", "train_loss", "eval_loss")
 DEVICE_FIELDS = DEVICE_METRIC_COLUMNS
 
 

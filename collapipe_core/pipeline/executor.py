@@ -2,7 +2,8 @@
 
 An executor carries out one round's decision. ``analytic`` trains nothing: the cost model's figures
 are the round. ``simulated`` (:mod:`collapipe_core.pipeline.simulated`) also trains the real split
-model. Both report through the same :class:`TrainingOutcome`.
+model. Both report through the same :class:`TrainingOutcome`; an executor that trains also reports
+the round's estimate of the gradient noise (:mod:`collapipe_core.gradient_noise`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from collapipe_core.decision import Decision
+from collapipe_core.gradient_noise import NoiseEstimate
 from collapipe_core.state import RoundState
 
 
@@ -20,6 +22,7 @@ class TrainingOutcome:
     eval_loss: float | None = None
     eval_metrics: dict[str, float] = field(default_factory=dict)
     measured: dict[str, dict[str, float]] = field(default_factory=dict)  # device id → measured figures
+    gradient_noise: NoiseEstimate | None = None  # the round's tr(Σ) and |G|²; None: no step had M ≥ 2
 
 
 class Executor(Protocol):

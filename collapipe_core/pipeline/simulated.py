@@ -7,7 +7,9 @@ segments → edge head) accumulating the gradient of the step's token-weighted l
 all M micro-batches / their number, :mod:`collapipe_core.models.losses`), and takes one optimizer
 step. The clusters' models are then averaged with FedAvg weighted by data size and evaluated on the
 held-out set. Each cluster keeps its own optimizer state across rounds. Timings, energy and memory
-are the cost model's.
+are the cost model's. Every step's squared gradient norms (per micro-batch and accumulated,
+:mod:`collapipe_core.pipeline.gradient_norms`) give the round's estimate of the gradient noise
+(:func:`collapipe_core.gradient_noise.estimate_round`).
 
 The ``fl`` baseline's decisions (mode "replicated", data parallel inside a cluster) compute the same
 gradient (the loss over the same M·b samples), so they train through the same path.
@@ -26,8 +28,10 @@ from collapipe_core.config import ExperimentConfig
 from collapipe_core.data import DatasetBundle, batch_indices
 from collapipe_core.decision import Decision
 from collapipe_core.federated.fedavg import fedavg
+from collapipe_core.gradient_noise import GradientNormSums, estimate_round
 from collapipe_core.models import EncoderStackModel, build_model, loss_for, source_mask
 from collapipe_core.pipeline.executor import TrainingOutcome
+from collapipe_core.pipeline.gradient_norms import GradientNormProbe
 from collapipe_core.pipeline.quality import evaluate_model
 from collapipe_core.pipeline.split import accumulate_microbatches, split_model
 from collapipe_core.state import RoundState
@@ -80,6 +84,7 @@ class SimulatedExecutor:
     def execute(self, state: RoundState, decision: Decision) -> TrainingOutcome:
         t, b = state.round_index, state.settings.microbatch_size
         cluster_states, losses = [], []
+        norms: list[list[GradientNormSums]] = []  # per cluster, per local iteration
         for n, (shard, cluster) in enumerate(zip(self.bundle.shards, decision.clusters, strict=True)):
             torch.manual_seed(_seed(self.config.seed, t, n, 0xD0))  # dropout stream, resumable
             self.model.load_state_dict(self.global_state)
@@ -91,14 +96,19 @@ class SimulatedExecutor:
             stages = split_model(self.model, blocks)
             self.model.train()
             cluster_loss = 0.0
-            for it in range(state.settings.local_iterations):
-                idx = batch_indices(len(shard), cluster.num_microbatches * b, (self.config.seed, t, n, it))
-                src, tgt = shard.src[idx], shard.tgt[idx]
-                optimizer.zero_grad(set_to_none=True)
-                cluster_loss += accumulate_microbatches(
-                    stages, self.loss, src, source_mask(src, self.pad_id), tgt, cluster.num_microbatches
-                )
-                optimizer.step()
+            norms.append([])
+            with GradientNormProbe(self.model.parameters()) as probe:
+                for it in range(state.settings.local_iterations):
+                    m = cluster.num_microbatches
+                    idx = batch_indices(len(shard), m * b, (self.config.seed, t, n, it))
+                    src, tgt = shard.src[idx], shard.tgt[idx]
+                    optimizer.zero_grad(set_to_none=True)
+                    probe.start_step()
+                    cluster_loss += accumulate_microbatches(
+                        stages, self.loss, src, source_mask(src, self.pad_id), tgt, m
+                    )
+                    norms[-1].append(probe.finish_step(m, b))
+                    optimizer.step()
             losses.append(cluster_loss / state.settings.local_iterations)
             cluster_states.append(copy.deepcopy(self.model.state_dict()))
             self.optimizer_states[n] = copy.deepcopy(optimizer.state_dict())
@@ -113,7 +123,12 @@ class SimulatedExecutor:
             eos_id=self.bundle.eos_id,
         )
         train_loss = float(np.average(losses, weights=sizes))
-        return TrainingOutcome(train_loss=train_loss, eval_loss=eval_loss, eval_metrics=metrics)
+        return TrainingOutcome(
+            train_loss=train_loss,
+            eval_loss=eval_loss,
+            eval_metrics=metrics,
+            gradient_noise=estimate_round(norms, sizes),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"global_state": self.global_state, "optimizer_states": self.optimizer_states}

@@ -1,4 +1,4 @@
-"""Migrations: empty → head → one step down → empty → head, on SQLite and PostgreSQL; models match
+"""Migrations: empty → head → step by step down → empty → head, on SQLite and PostgreSQL; models match
 (alembic check); 0002 fills the listing columns of runs stored before it from their configs.
 
 Also: a SQLite migration runs with foreign keys off, so a batch rebuild of a parent table keeps the
@@ -68,6 +68,8 @@ def test_upgrade_downgrade_upgrade_and_check(empty_database: str) -> None:
     assert _tables(empty_database) == TABLES
     command.check(alembic_config(empty_database))  # raises if models and migrations disagree
     downgrade(empty_database, "-1")
+    assert "gradient_noise_scale" not in _columns(empty_database, "round_metrics")
+    downgrade(empty_database, "0002")
     assert "studies" not in _tables(empty_database)
     assert "study_id" not in _columns(empty_database, "runs")
     downgrade(empty_database, "0001")

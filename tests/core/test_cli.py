@@ -8,7 +8,11 @@ import sys
 from pathlib import Path
 
 import yaml
+from typer.testing import CliRunner
 
+from collapipe_core.calibration import calibrate
+from collapipe_core.cli import app
+from collapipe_core.validation import load_config
 from tests.core.builders import tiny_config
 
 CLI = [sys.executable, "-m", "collapipe_core"]
@@ -88,3 +92,35 @@ def test_schedule_json_has_the_documented_fields(tmp_path: Path) -> None:
         == set(rows[1]["energy_j"])
         == {f"c{n}-d{k}" for n in range(2) for k in range(3)}
     )
+
+
+def test_calibrate_writes_the_measured_noise_scale_into_a_valid_config(tmp_path: Path) -> None:
+    """In-process (one torch thread, no interpreter start-up): the command trains 3 short rounds."""
+    path = _write(tmp_path, executor="analytic")
+    original = path.read_text()
+    out = tmp_path / "calibrated.yaml"
+    done = CliRunner().invoke(app, ["calibrate", str(path), "--rounds", "3", "--output", str(out)])
+    assert done.exit_code == 0, done.output
+    assert path.read_text() == original  # --output: the config itself is left alone
+
+    written = load_config(out)
+    value = written.scheduler.gradient_noise_scale
+    assert value is not None and value > 0
+    assert f"B_noise = {value:.4g} samples" in done.stdout
+    assert value == calibrate(load_config(path), rounds=3).gradient_noise_scale  # what was measured
+    # nothing else changed: still an analytic run, now with the measured B_noise
+    unset = written.scheduler.model_copy(update={"gradient_noise_scale": None})
+    assert written.model_copy(update={"scheduler": unset}) == load_config(path)
+
+    # without --output the config itself is rewritten
+    assert CliRunner().invoke(app, ["calibrate", str(path), "--rounds", "3"]).exit_code == 0
+    assert load_config(path).scheduler.gradient_noise_scale == value
+
+
+def test_calibrate_refuses_a_single_micro_batch_and_changes_nothing(tmp_path: Path) -> None:
+    path = _write(tmp_path)
+    original = path.read_text()
+    done = CliRunner().invoke(app, ["calibrate", str(path), "--microbatches", "1"])
+    assert done.exit_code == 2
+    assert "at least 2 micro-batches" in done.output and "Traceback" not in done.output
+    assert path.read_text() == original

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from collapipe_core.checkpoint import load_checkpoint
+from collapipe_core.gradient_noise import NoiseEstimate, NoiseScaleAverage
 from collapipe_core.records import RoundResult
 from collapipe_core.runner import Runner
 from collapipe_core.sinks import JsonLinesSink, MemorySink, read_json_lines
@@ -44,6 +45,30 @@ def test_six_rounds_equal_three_plus_resume_plus_three(tmp_path: Path) -> None:
     for key, tensor in a["executor"]["global_state"].items():
         assert torch.equal(tensor, b["executor"]["global_state"][key]), key
     assert np.array_equal(a["queues"], b["queues"])
+    # the gradient noise scale averages over rounds: the resumed run continued the averages
+    assert all(r.round.gradient_noise_scale is not None for r in pieces)
+    assert a["gradient_noise"] == b["gradient_noise"] and a["gradient_noise"]["num_estimates"] == 6
+    assert [r.round.gradient_noise_scale for r in pieces] == [
+        r.round.gradient_noise_scale for r in straight.results
+    ]
+
+
+def test_the_gradient_noise_scale_averages_the_rounds_estimates_and_analytic_runs_have_none() -> None:
+    sink = MemorySink()
+    summary = Runner(tiny_config(training={"rounds": 3}), sink).run()
+    average = NoiseScaleAverage()
+    for result in sink.results:
+        r = result.round
+        assert r.gradient_variance is not None and r.gradient_sq_norm is not None
+        average = average.update(NoiseEstimate(r.gradient_variance, r.gradient_sq_norm))
+        assert r.gradient_noise_scale == average.noise_scale
+    assert summary.gradient_noise_scale == sink.results[-1].round.gradient_noise_scale
+
+    analytic = MemorySink()
+    Runner(tiny_config(executor="analytic", training={"rounds": 2}), analytic).run()
+    for result in analytic.results:
+        r = result.round
+        assert (r.gradient_noise_scale, r.gradient_variance, r.gradient_sq_norm) == (None, None, None)
 
 
 def test_records_cover_every_device_and_the_decision(tmp_path: Path) -> None:

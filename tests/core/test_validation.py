@@ -44,6 +44,9 @@ BAD = [
     ("data.dataset", "cmudict", "seq2seq dataset but model.kind is classifier"),
     ("model.colour", "blue", "unknown field"),
     ("scheduler.num_microbatches", 40, "M·b = 160 exceeds a cluster's data"),
+    ("scheduler.gradient_noise_scale", 0.0, "positive number of samples"),
+    ("scheduler.gradient_noise_scale", -3, "measure it with `collapipe calibrate CONFIG`"),
+    ("scheduler.gradient_noise_scale", "12", "numbers are never text"),
     # strict types: what a YAML or JSON file says is what it means
     ("training.rounds", True, "valid integer"),
     ("training.rounds", 2.5, "a whole number, not 2.5"),

@@ -157,6 +157,22 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
     page.locator("#chart-segments").scroll_into_view_if_needed()
     page.wait_for_function("document.getElementById('chart-segments').data[0].x.length === 30")
     screenshot(page, "run-live-finished")
+    # the gradient noise scale the executor measured, drawn live as it was stored (a log axis)
+    with server.client() as client:
+        params = {"fields": "gradient_noise_scale", "method": "none"}
+        answer = client.get(f"/api/runs/{run_id}/rounds", params=params).raise_for_status().json()
+        noise = answer["series"]["gradient_noise_scale"]
+    assert noise["round"], "the simulated executor measured no gradient noise scale"
+    page.locator("#chart-gradient-noise").scroll_into_view_if_needed()
+    page.wait_for_function(
+        f"document.getElementById('chart-gradient-noise').data[0].x.length === {len(noise['round'])}"
+    )
+    drawn = page.evaluate(
+        "(() => { const el = document.getElementById('chart-gradient-noise');"
+        " return {x: Array.from(el.data[0].x), y: Array.from(el.data[0].y), axis: el.layout.yaxis.type}; })()"
+    )
+    assert drawn["axis"] == "log"
+    assert drawn["x"] == noise["round"] and drawn["y"] == pytest.approx(noise["value"])
 
 
 PRESET_IDS = [p["id"] for p in json.loads((PRESETS / "index.json").read_text(encoding="utf-8"))]

@@ -12,6 +12,10 @@ optimizer state — and its inputs; the ranks train, average with a collective o
 and send back the averaged model and their optimizer states. Ranks keep no model state between rounds,
 so a failed round leaves the driver's state as it was before it, and a resume needs nothing but the
 checkpoint.
+
+Each rank reports its stage's squared gradient norms per iteration; squared norms add over the
+stages' disjoint parameters, so a cluster's sums are the sums over its ranks, and the round's gradient
+noise estimate is the simulated executor's (:func:`collapipe_core.gradient_noise.estimate_round`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel import link_rate_bps
 from collapipe_core.data import DatasetBundle, batch_indices
 from collapipe_core.decision import Decision
+from collapipe_core.gradient_noise import GradientNormSums, estimate_round
 from collapipe_core.models import source_mask
 from collapipe_core.pipeline.distributed import protocol as p
 from collapipe_core.pipeline.distributed.launch import WorkerPool
@@ -242,6 +247,7 @@ class DistributedExecutor:
         if averaged is None or list(averaged) != list(self.global_state):
             raise RuntimeError("the CU of cluster 0 did not return the averaged model")
         losses, gradients, details = [], [], {}
+        norms: list[list[GradientNormSums]] = []  # per cluster, per local iteration
         measured: dict[str, dict[str, float]] = {}
         optimizer_states: list[dict[str, Any] | None] = []
         for plan in plans:
@@ -260,6 +266,7 @@ class DistributedExecutor:
                     total += loss
                 cluster_loss += total
             losses.append(cluster_loss / state.settings.local_iterations)
+            norms.append(self._norm_sums(state, plan, reports))
             grads: dict[str, torch.Tensor] = {}
             for rank in plan.ranks:  # a tied parameter's (all-reduced, equal) gradient under its model name
                 grads.update({self.aliases.get(n, n): g for n, g in reports[rank].gradients.items()})
@@ -281,5 +288,24 @@ class DistributedExecutor:
         sizes = [len(shard) for shard in self.bundle.shards]
         train_loss = float(np.average(losses, weights=sizes))
         return TrainingOutcome(
-            train_loss=train_loss, eval_loss=eval_loss, eval_metrics=metrics, measured=measured
+            train_loss=train_loss,
+            eval_loss=eval_loss,
+            eval_metrics=metrics,
+            measured=measured,
+            gradient_noise=estimate_round(norms, sizes),
         )
+
+    @staticmethod
+    def _norm_sums(
+        state: RoundState, plan: ClusterPlan, reports: dict[int, p.RankReport]
+    ) -> list[GradientNormSums]:
+        """A cluster's squared gradient norms per iteration: the sums over its ranks' stages."""
+        steps = []
+        m, b = plan.num_microbatches, state.settings.microbatch_size
+        for it in range(state.settings.local_iterations):
+            parts = [GradientNormSums(*reports[rank].gradient_norms[it], m, b) for rank in plan.ranks]
+            total = parts[0]
+            for part in parts[1:]:
+                total = total + part
+            steps.append(total)
+        return steps

@@ -8,7 +8,11 @@ group, builds the model skeleton on the meta device, then serves rounds until to
 1. create the process group of every cluster's pipeline this round (all ranks, same order; a model
    with tied weights also has one group per cluster of its CU and edge server, made at start-up);
 2. the cluster's ranks train their stages for I iterations with the torch schedule; clusters run one
-   after the other (a world barrier between them) unless ``concurrent_clusters``;
+   after the other (a world barrier between them) unless ``concurrent_clusters``. Around the
+   schedule, hooks on the stage's parameters read each micro-batch's squared gradient norm and, after
+   the step, the accumulated gradient's (:mod:`collapipe_core.pipeline.gradient_norms`): a rank reports
+   its own stage's sums per iteration, and the driver adds them over the pipeline's ranks (a tied
+   parameter's micro-batch gradients are first added on the CU, which counts it);
 3. FedAvg: each scheduled rank sends its trained parameters to its CU; the CUs all-reduce the
    data-size-weighted sum in float64 over the CU group; the CU of cluster 0 returns the average;
 4. a world barrier (a rank that vanished fails it within the timeout), then the report.
@@ -37,6 +41,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from collapipe_core.gradient_noise import GradientNormSums
 from collapipe_core.models import EncoderStackModel, build_skeleton, loss_for
 from collapipe_core.pipeline.distributed import protocol as p
 from collapipe_core.pipeline.distributed.link import LinkEmulator
@@ -61,6 +66,7 @@ from collapipe_core.pipeline.distributed.stages import (
     stage_module,
     tied_locally,
 )
+from collapipe_core.pipeline.gradient_norms import GradientNormProbe, sum_of_squares
 from collapipe_core.pipeline.simulated import make_optimizer
 
 FAULT_ENV = "COLLAPIPE_DISTRIBUTED_FAULT"
@@ -241,12 +247,15 @@ class RankWorker:
         tracker = TensorBytesTracker() if self.spec.track_tensor_bytes else None
         baseline_rss = reset_rss_peak()
         losses_per_step: list[list[float]] = []
+        norms_per_step: list[tuple[float, float]] = []
+        probe = GradientNormProbe(module.parameters(), kept=tied)
         for it, batch in enumerate(stage.batches):
             # the tracker sees the first iteration only: every iteration has the same shapes, and the
             # Python call per op it costs would otherwise slow every iteration's compute
             tracking = tracker if tracker is not None and it == 0 else contextlib.nullcontext()
             with tracking:
                 optimizer.zero_grad(set_to_none=True)
+                probe.start_step()
                 losses: list[Tensor] = []
                 inputs = {k: v.to(self.device) for k, v in batch.items()}
                 started = time.perf_counter()
@@ -263,10 +272,16 @@ class RankWorker:
                     raise RuntimeError(f"{prefetch.pending()} receives posted ahead were never used")
                 clock.step_s += ended - started
                 clock.steps.append((started, ended))
+                sums = probe.finish_step(plan.num_microbatches, task.microbatch_size)
+                if tied:
+                    sums = sums + self._tied_norm_sums(probe, tied, stage.cluster, sums)
+                norms_per_step.append((sums.microbatch_sq_sum, sums.step_sq))
+                optimizer_started = time.perf_counter()
                 optimizer.step()
-                clock.optimizer_s += time.perf_counter() - ended
+                clock.optimizer_s += time.perf_counter() - optimizer_started
             if role == "edge":
                 losses_per_step.append([float(loss.item()) for loss in losses])
+        probe.close()
         peak_rss = rss_peak_bytes()
         if link is not None:
             link.close()
@@ -315,6 +330,7 @@ class RankWorker:
             for i, entry in optimizer.state_dict()["state"].items()
         }
         report.losses = losses_per_step
+        report.gradient_norms = norms_per_step
         if self.spec.report_gradients:
             report.gradients = {
                 n: q.grad.detach().cpu().clone() for n, q in module.named_parameters() if q.grad is not None
@@ -331,6 +347,33 @@ class RankWorker:
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
             dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, group=self.tie_groups[cluster])
+
+    def _tied_norm_sums(
+        self, probe: GradientNormProbe, tied: list[nn.Parameter], cluster: int, step: GradientNormSums
+    ) -> GradientNormSums:
+        """The tied parameters' squared norms, counted on the CU (the edge server's part is zero).
+
+        Their micro-batch gradients are the sums of the CU's and the edge server's contributions: each
+        rank kept its own per micro-batch (in backward order, the same on both: micro-batch 0 to M−1),
+        the edge server adds them into the CU's, and the CU takes the norms; ``.grad`` is already the
+        all-reduced sum (``_sum_tied_gradients``).
+        """
+        micro = total = 0.0
+        cu = self.layout.cu_rank(cluster)
+        for param in tied:
+            parts = probe.contributions(param)
+            if len(parts) != step.num_microbatches:
+                raise RuntimeError(
+                    f"{len(parts)} backward passes reached a tied parameter in a step of "
+                    f"{step.num_microbatches} micro-batches"
+                )
+            for part in parts:
+                dist.reduce(part, dst=cu, op=dist.ReduceOp.SUM, group=self.tie_groups[cluster])
+            if self.role == "cu":
+                micro += sum_of_squares(torch.linalg.vector_norm(part) for part in parts)
+                assert param.grad is not None  # all-reduced by _sum_tied_gradients
+                total += sum_of_squares([torch.linalg.vector_norm(param.grad)])
+        return GradientNormSums(micro, total, step.num_microbatches, step.microbatch_size)
 
     def _aggregate(
         self, task: p.RankTask, plan: ClusterPlan, module: nn.Module, report: p.RankReport

@@ -1,6 +1,6 @@
-// Per-round curves: loss, eval metrics, perplexity (causal LM runs), round latency and the
-// drift-plus-penalty objective terms, against the round or the modeled elapsed time (X_AXES). History
-// from GET /api/runs/{id}/rounds?fields=...; live rounds appended with extendTraces.
+// Per-round curves: loss, eval metrics, perplexity (causal LM runs), the gradient noise scale, round
+// latency and the drift-plus-penalty objective terms, against the round or the modeled elapsed time
+// (X_AXES). History from GET /api/runs/{id}/rounds?fields=...; live rounds appended with extendTraces.
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
@@ -23,6 +23,7 @@ export const FROM_RECORD = {
   objective_latency: (r) => r.objective_latency,
   objective_convergence: (r) => r.objective_convergence,
   objective_energy: (r) => r.objective_energy,
+  gradient_noise_scale: (r) => r.gradient_noise_scale,
 };
 
 const EMPTY_NOTE = {
@@ -38,6 +39,11 @@ export const ROUND_CHARTS = [
     id: 'perplexity', title: 'Eval perplexity', unit: '1', log: true, fields: ['eval_perplexity'],
     note: 'eval_perplexity = exp(token-weighted eval loss) on the held-out set; log scale',
     when: (config) => config.model.kind === 'causal_lm',
+  },
+  // B_noise grows by orders of magnitude as the loss falls: a logarithmic axis
+  {
+    id: 'gradient-noise', title: 'Gradient noise scale', unit: '1', log: true, fields: ['gradient_noise_scale'],
+    note: 'B_noise = tr(Σ)/|G|² in samples, from micro-batch and accumulated gradient norms, averaged over rounds; log scale',
   },
   { id: 'round-latency', title: 'Round latency', unit: 's', note: 'latency_s (modeled), slowest cluster\'s makespan_s, aggregation_s', fields: ['latency_s', 'makespan_s_max', 'aggregation_s'] },
   { id: 'objective', title: 'Objective terms', unit: '1', note: 'V·T (objective_latency), V·λ·G(M), Σ Q_k·E_k', fields: ['objective_latency', 'objective_convergence', 'objective_energy'] },

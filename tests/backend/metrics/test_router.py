@@ -176,6 +176,30 @@ def test_export_csv_and_parquet(api: Api, run_id: int) -> None:
     assert table.num_rows == 12 * 6 and "energy_j" in table.column_names
 
 
+NOISE_FIELDS = ["gradient_noise_scale", "gradient_variance", "gradient_sq_norm"]
+
+
+def test_a_trained_run_s_gradient_noise_scale_is_stored_and_served(api: Api) -> None:
+    run_id = _finished_run(api, executor="simulated", training={"rounds": 3})
+    viewer = api.as_("viewer")
+    params = {"fields": NOISE_FIELDS, "method": "none"}
+    body = api.client.get(f"/api/runs/{run_id}/rounds", params=params, headers=viewer).json()
+    with api.session_factory() as session:
+        rows = session.execute(
+            select(RoundMetric.gradient_noise_scale, RoundMetric.record)
+            .where(RoundMetric.run_id == run_id)
+            .order_by(RoundMetric.round)
+        ).all()
+    assert [column for column, _ in rows] == [record["gradient_noise_scale"] for _, record in rows]
+    assert all(column is not None and column > 0 for column, _ in rows)  # M = 2: measured every round
+    for field in NOISE_FIELDS:
+        assert body["series"][field]["round"] == [0, 1, 2]
+        assert body["series"][field]["value"] == pytest.approx([record[field] for _, record in rows])
+    export = api.client.get(f"/api/runs/{run_id}/export", params={"format": "csv"}, headers=viewer)
+    exported = list(csv.DictReader(io.StringIO(export.text)))
+    assert [float(r["gradient_noise_scale"]) for r in exported] == pytest.approx([c for c, _ in rows])
+
+
 def test_compare_against_a_baseline(api: Api, run_id: int) -> None:
     other = _finished_run(api, training={"rounds": 12}, scheduler={"policy": "fixed", "segments": [1, 1, 2]})
     body = api.client.get(

@@ -296,6 +296,9 @@ def test_rounds_give_the_simulated_gradients_weights_and_metrics(kind: str) -> N
                 assert got.train_loss == pytest.approx(expected.train_loss, abs=1e-6)
                 assert got.eval_loss == pytest.approx(expected.eval_loss, abs=1e-6)
                 assert got.eval_metrics == pytest.approx(expected.eval_metrics, abs=1e-6)
+                # the stages' squared gradient norms, summed over the ranks, are the single process's
+                assert got.gradient_noise is not None and expected.gradient_noise is not None
+                assert vars(got.gradient_noise) == pytest.approx(vars(expected.gradient_noise), rel=1e-4)
 
                 scheduled = [f"c0-d{k}" for k, blocks in enumerate(segments) if blocks > 0]
                 assert sorted(got.measured) == sorted(["c0-cu", *scheduled, "c0-edge"])
@@ -372,6 +375,10 @@ def test_a_run_gives_the_simulated_run_s_records(uninterrupted: list[RoundResult
         assert a.eval_loss == pytest.approx(b.eval_loss, abs=1e-4)
         assert a.eval_metrics == pytest.approx(b.eval_metrics, abs=1e-4)
         assert a.decision == b.decision and a.latency_s == b.latency_s
+        assert a.gradient_noise_scale is not None and b.gradient_noise_scale is not None
+        assert a.gradient_noise_scale == pytest.approx(b.gradient_noise_scale, rel=1e-4)
+        assert a.gradient_variance == pytest.approx(b.gradient_variance, rel=1e-4)
+        assert a.gradient_sq_norm == pytest.approx(b.gradient_sq_norm, rel=1e-4)
         for device in got.devices:  # uniform: every device holds 2 TEBs, so every device measured
             assert {"compute_s", "send_s", "recv_s", "idle_s", "peak_rss_bytes", "peak_tensor_bytes"} <= set(
                 device.measured

@@ -192,3 +192,6 @@ def test_rounds_give_the_simulated_gradients_weights_and_metrics(
             assert got.eval_metrics == pytest.approx(
                 expected.eval_metrics, rel=1e-5, abs=1e-6
             )  # perplexity ~e^7
+            # squared gradient norms: a tied weight's micro-batch gradients added across its two ranks
+            assert got.gradient_noise is not None and expected.gradient_noise is not None
+            assert vars(got.gradient_noise) == pytest.approx(vars(expected.gradient_noise), rel=1e-4)
