@@ -100,6 +100,7 @@ def continuous_records(
         follower.next_round = runner.next_round
         follower.queues = runner.queues.copy()
         follower.executor.load_state_dict(runner.executor.state_dict())
+        follower.gradient_noise = runner.gradient_noise  # the running averages behind B_noise
         follower.run()
         results += second.results
     return [comparable(r.round.to_json()) for r in results]
