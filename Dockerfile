@@ -19,16 +19,10 @@ COPY collapipe_core/__init__.py collapipe_core/__init__.py
 RUN pip install . && pip uninstall -y collapipe
 
 COPY . .
-# The scheduler's numba kernels are compiled here, once, into NUMBA_CACHE_DIR (a cold cache costs the first
-# decision ~25 s). numba uses a cache directory only if it can write to it, so it belongs to the runtime
-# user. The cache holds code for this build machine's CPU; on another CPU model the first decision compiles.
-ENV NUMBA_CACHE_DIR=/var/cache/collapipe/numba
 RUN pip install --no-deps . \
     && useradd --create-home --uid 10001 collapipe \
     && mkdir -p /data/artifacts \
-    && chown -R collapipe /data/artifacts \
-    && python -m collapipe_core.scheduler.kernels \
-    && chown -R collapipe /var/cache/collapipe
+    && chown -R collapipe /data/artifacts
 
 USER collapipe
 ENV COLLAPIPE_ARTIFACT_DIR=/data/artifacts

@@ -15,8 +15,6 @@ $(STAMP): pyproject.toml
 	# (set TORCH_INDEX to a CPU wheel index on machines that have no local CPU wheel)
 	$(BIN)/pip install --quiet "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/pip install --quiet -e ".[dev]"
-	# compile the scheduler's numba kernels into their disk cache now, not in the first decision (~25 s)
-	$(BIN)/python -m collapipe_core.scheduler.kernels
 	touch $(STAMP)
 
 run: $(STAMP)

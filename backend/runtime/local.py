@@ -49,13 +49,12 @@ log = logging.getLogger(__name__)
 
 # imported once by the forkserver; every run process starts with them loaded. Beyond the runner's own
 # imports: what a run imports on first use (the cost model's meta-device measurement pulls in torch's
-# decompositions and dynamo, with sympy; the data loaders, tokenizers and Parquet; the scheduler, numba's
-# typed containers) — together ~2 s of each run's start without them, measured on the tiny config
+# decompositions and dynamo, with sympy; the data loaders, tokenizers and Parquet; the scheduler) — together
+# ~2 s of each run's start without them, measured on the tiny config
 PRELOAD = [
     "torch",
     "torch._decomp",
     "torch._dynamo",
-    "numba.typed",
     "pyarrow.parquet",
     "tokenizers",
     "collapipe_core.runner",

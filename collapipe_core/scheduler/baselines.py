@@ -1,20 +1,4 @@
-"""Rule-based baselines. Each sees the same RoundState as DSSDA and returns a full Decision.
-
-- ``uniform``: equal TEBs over the available devices (the first ones take the remainder), equal
-  bandwidth over the scheduled devices, maximum power, the configured fixed M.
-- ``fixed``: the user's own segment vector ``scheduler.segments``; otherwise as ``uniform``.
-- ``proportional``: TEBs ∝ device speed F_k·speed_k over the available devices (largest-remainder
-  rounding, then capped by memory with the excess passed on in proportion), equal bandwidth over the
-  scheduled devices, maximum power, the configured M (lowered until the placement fits, if it must).
-- ``random``: per cluster a random M, random contiguous segments over the available devices (within
-  memory), Dirichlet bandwidth shares and powers uniform in (0.1, 1]·p_max — from a generator seeded
-  by (seed, round), so the same round always gets the same decision.
-- ``fl``: federated learning without a pipeline (decision mode "replicated", evaluated by
-  :mod:`collapipe_core.costmodel.replicated`): every available device whose memory holds the whole
-  encoder and its share of the batch trains all L TEBs; equal bandwidth, maximum power, the configured M.
-- ``split``: one device per cluster — the fastest whose memory holds the whole encoder at M = 1 —
-  trains all L TEBs with the whole band at maximum power; M = 1.
-"""
+"""Rule-based baselines. Each sees the same RoundState as DSSDA and returns a full Decision."""
 
 from __future__ import annotations
 
@@ -55,6 +39,9 @@ def fixed_microbatches(state: RoundState) -> int:
 
 @register("uniform")
 class Uniform:
+    """Equal TEBs over the available devices (the first ones take the remainder), equal
+    bandwidth over the scheduled devices, maximum power, the configured fixed M."""
+
     name = "uniform"
 
     def decide(self, state: RoundState) -> Decision:
@@ -66,6 +53,8 @@ class Uniform:
 
 @register("fixed")
 class Fixed:
+    """The user's own segment vector ``scheduler.segments``; otherwise as ``uniform``."""
+
     name = "fixed"
 
     def decide(self, state: RoundState) -> Decision:
@@ -108,6 +97,10 @@ def proportional_split(num_blocks: int, weight: FloatArray, caps: IntArray) -> I
 
 @register("proportional")
 class Proportional:
+    """TEBs ∝ device speed F_k·speed_k over the available devices (largest-remainder
+    rounding, then capped by memory with the excess passed on in proportion), equal bandwidth over the
+    scheduled devices, maximum power, the configured M (lowered until the placement fits, if it must)."""
+
     name = "proportional"
 
     def decide(self, state: RoundState) -> Decision:
@@ -122,6 +115,10 @@ class Proportional:
 
 @register("random")
 class RandomPolicy:
+    """Per cluster a random M, random contiguous segments over the available devices (within
+    memory), Dirichlet bandwidth shares and powers uniform in (0.1, 1]·p_max — from a generator seeded
+    by (seed, round), so the same round always gets the same decision."""
+
     name = "random"
 
     def decide(self, state: RoundState) -> Decision:
@@ -143,6 +140,10 @@ class RandomPolicy:
 
 @register("fl")
 class FederatedLearning:
+    """Federated learning without a pipeline (decision mode "replicated", evaluated by
+    :mod:`collapipe_core.costmodel.replicated`): every available device whose memory holds the whole
+    encoder and its share of the batch trains all L TEBs; equal bandwidth, maximum power, the configured M."""
+
     name = "fl"
 
     def decide(self, state: RoundState) -> Decision:
@@ -168,6 +169,9 @@ class FederatedLearning:
 
 @register("split")
 class Split:
+    """One device per cluster — the fastest whose memory holds the whole encoder at M = 1 —
+    trains all L TEBs with the whole band at maximum power; M = 1."""
+
     name = "split"
 
     def decide(self, state: RoundState) -> Decision:

@@ -2,29 +2,26 @@
 
 Each round minimises the drift-plus-penalty bound of evaluate()'s model,
 
-    J(δ, M, β, p) = V·(T(t) + λ·G(M)) + Σ_k Q_k(t)·E_k(t),
+    J(δ, M, β, p) = V·(T(t) + λ·G(M)) + Σ_k Q_k(t)·E_k(t)      (problem.py: costs, round_objective)
 
-over segments δ (Σ_k δ_k = L per cluster, contiguous in device order, δ_k = 0 allowed, 0 on unavailable
-devices), micro-batches M_n ∈ 1..M_max, bandwidth shares β (Σ_k β_k ≤ 1 per cluster) and powers
-0 ≤ p_k ≤ p_max, subject to every device's memory. Block-coordinate descent, each block solved exactly
-for the others fixed (every formula: docs/scheduler.md and the modules named):
+over segments δ, micro-batches M_n, bandwidth shares β and powers p, by block-coordinate descent:
 
-1. segments δ jointly with M — dynamic programming over (devices, TEBs placed); the makespan's and the
-   gather's maxima are made exact by a device order and enumerated thresholds
-   (:mod:`~collapipe_core.scheduler.segments`), run under several link models
-   (:mod:`~collapipe_core.scheduler.proposals`) whose proposals are re-allocated and scored exactly;
-2. links β, p — bandwidth by common latency targets (closed-form KKT structures), power per link by the
-   first-order condition of its (V + Q_k)-weighted cost (:mod:`~collapipe_core.scheduler.allocation`),
-   clusters coupled through the Lagrange shares of the maxima (:mod:`~collapipe_core.scheduler.coupling`);
-3. micro-batches M — exact joint 1-D search over the clusters (:mod:`~collapipe_core.scheduler.microbatches`);
-4. a local search over one cluster's moves, links re-solved (:mod:`~collapipe_core.scheduler.neighbours`).
+- candidates per cluster (:mod:`~collapipe_core.scheduler.candidates`): the exact segment DP under link
+  models for candidate M and weights, one device left out or equal shares, and the best-ranked moves;
+- the link step for each (:mod:`~collapipe_core.scheduler.links`, through the round's
+  :class:`~collapipe_core.scheduler.clusters.LinkCache`);
+- acceptance: the best of every candidate alone (the others as they are, and with every cluster's M
+  re-chosen by the exact M step, :mod:`~collapipe_core.scheduler.microbatches`, where a bound says it can
+  win) and one option per cluster chosen together (:func:`~collapipe_core.scheduler.clusters.select`);
+- then the joint M step and links coupled across clusters (the weights w_n, v_n of each cluster's
+  pipeline and gather times, chosen from a menu).
 
-The descent stops when J improves by less than 1e-9 (relative) or after the pass limit of the search
-effort (FULL, LEAN or SCALE by the round's size, :mod:`~collapipe_core.scheduler.descent`). One
-:class:`~collapipe_core.scheduler.linkmemo.LinkMemo` per round lets every step reuse the links of a
-cluster (δ_n, M_n, weights, rounds) already solved; it changes the time, not the decision.
-``Decision.solver_iterations`` counts the passes. A round where no placement fits in memory is refused
-with a ValueError naming the devices and the shortfall.
+Passes repeat until one over every cluster no longer lowers J by 1e-9 (relative); after an improving pass
+only the clusters that changed or sit at a maximum get new candidates. Two descents run from the same
+start — the wide neighbourhood (all row sets and alternatives) throughout, and the narrow one first,
+widening when it converges — and the better result is polished (M for its links, links coupled with a
+finer weight menu and more rounds). ``Decision.solver_iterations`` counts the passes. A round where no
+placement fits in memory is refused with a ValueError naming the devices and the shortfall.
 
 ``myopic`` is DSSDA with every Q_k = 0 (it ignores the energy budgets).
 """
@@ -35,92 +32,323 @@ import numpy as np
 
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray, device_id
-from collapipe_core.scheduler import neighbours, proposals
 from collapipe_core.scheduler.base import register
-from collapipe_core.scheduler.descent import (
-    FULL,
-    LEAN,
-    SCALE,
-    TOLERANCE,
-    Effort,
-    accept,
-    links,
-    micro_step,
-    objective,
-    propose,
-    segments,
+from collapipe_core.scheduler.candidates import Candidates, RowSet, Solution, candidates, segment_step
+from collapipe_core.scheduler.clusters import (
+    WEIGHTS,
+    LinkCache,
+    coupled_links,
+    others_max,
+    select,
+    weighted_links,
 )
-from collapipe_core.scheduler.linkmemo import LinkMemo
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem, quiet
+from collapipe_core.scheduler.microbatches import best_microbatches, replaced_bound
+from collapipe_core.scheduler.problem import (
+    IntArray,
+    RoundProblem,
+    build_problem,
+    costs,
+    quiet,
+    round_objective,
+)
 from collapipe_core.state import RoundState
 
-# Efforts by size (docs/scheduler.md, "Effort" and "Decision time", has what each searches, the decision
-# times and LEAN's measured quality against FULL at 12 devices).
-FULL_DEVICES = 10  # full search up to this many devices, FULL_BLOCKS TEBs and FULL_MICRO micro-batches
-FULL_BLOCKS = 8
-FULL_MICRO = 8
-SCALE_DEVICES = 200  # from this many devices on, the scale effort
+TOLERANCE = 1e-9
+MAX_PASSES = 16  # per descent
+PASS_WEIGHTS = (1.0, 0.3, 0.0)  # the weight menu of the coupled links after each pass
+JOINT_CHUNK = 16  # candidates per batch of the joint M step
+
+Figures = tuple[FloatArray, FloatArray, FloatArray, FloatArray]  # I·T^pipe, gather time, Σ Q·E, M
 
 
-def effort_for(pr: RoundProblem) -> Effort:
-    """The search effort for the round's size: FULL, LEAN or SCALE (same blocks, smaller neighbourhoods)."""
-    n, k = pr.shape
-    if n * k <= FULL_DEVICES and pr.num_blocks <= FULL_BLOCKS and pr.microbatch_limit <= FULL_MICRO:
-        return FULL
-    return SCALE if n * k >= SCALE_DEVICES else LEAN
-
-
-def solve(state: RoundState, use_queues: bool = True, effort: Effort | None = None) -> tuple[Decision, float]:
-    """DSSDA's decision for ``state`` and its objective (queues set to 0 when ``use_queues`` is False).
-
-    The steps represent infeasible candidates by ∞ and mask them, so IEEE warnings are silenced here
-    (once for the whole round: :func:`~collapipe_core.scheduler.problem.quiet`)."""
-    return _solve(state, use_queues, effort)
-
-
-@quiet
-def _solve(state: RoundState, use_queues: bool, effort: Effort | None) -> tuple[Decision, float]:
+def solve(state: RoundState, use_queues: bool = True) -> tuple[Decision, float]:
+    """DSSDA's decision for ``state`` and its objective (queues set to 0 when ``use_queues`` is False)."""
     pr = build_problem(state)
     if not use_queues:
         pr = pr.with_queues(np.zeros(pr.shape))
     check_memory(pr)
-    effort = effort or effort_for(pr)
-    memo = LinkMemo(pr)  # each cluster's links for a given (δ_n, M_n, weights, rounds) are solved once
-    delta, micro, _, _ = _starts(pr, effort)
-    beta, power = links(pr, delta, micro, rounds=1, memo=memo)  # a start: the proposals re-solve the links
-    current = objective(pr, delta, micro, beta, power)
-    iterations = 1
-    for _ in range(effort.iterations):
-        iterations += 1
-        proposal = propose(pr, delta, micro, beta, power, effort, memo)
-        delta, micro, beta, power, improved = accept(pr, (delta, micro, beta, power), proposal, current)
-        new = objective(pr, delta, micro, beta, power)
-        converged = bool(np.all(new >= current * (1 - TOLERANCE)))
-        current = new
-        if converged or not np.any(improved):
+    return _solve(pr)
+
+
+@quiet
+def _solve(pr: RoundProblem) -> tuple[Decision, float]:
+    cache = LinkCache(pr)
+    delta, micro = _start(pr)
+    beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 1, (1.0,)))
+    start = (delta, micro, beta, power)
+    passes = 1
+    ends: list[tuple[Solution, float]] = []  # where each descent ended; a later one that gets there stops
+    for widening in (False, True):
+        solution, current, count = _descend(pr, cache, start, widening, ends)
+        ends.append((solution, current))
+        passes += count
+    solution, current = min(ends, key=lambda end: end[1])
+    # polish: M for the links found, links coupled with a finer menu and more rounds
+    n = pr.shape[0]
+    delta = solution[0]
+    micro = _micro_step(pr, delta[None], solution[2][None], solution[3][None])[0] if n > 1 else solution[1]
+    weights = tuple(float(w) for w in np.linspace(1.0, 0.0, 11)) if n == 2 else WEIGHTS
+    beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 4, weights))
+    fine = (delta, micro, beta, power)
+    if objective(pr, fine) < current:
+        solution, current = fine, objective(pr, fine)
+    decision = Decision.from_arrays(
+        solution[0], solution[2], solution[3], solution[1], solver_iterations=passes
+    )
+    return decision, current
+
+
+def _descend(
+    pr: RoundProblem, cache: LinkCache, solution: Solution, widening: bool, ends: list[tuple[Solution, float]]
+) -> tuple[Solution, float, int]:
+    """Passes from ``solution`` until one over every cluster lowers J no more, at each level of the
+    neighbourhood: with ``widening`` the narrow one first, the wide one once it has converged (back to the
+    narrow one after an improvement), else the wide one throughout. After an improving pass only the
+    clusters that changed or sit at a maximum get new candidates (the others' last ones are offered again);
+    after a pass without improvement the clusters not yet tried since the last improvement. Returns the
+    solution, J and the number of passes."""
+    n = pr.shape[0]
+    current = objective(pr, solution)
+    weights = (np.ones(n), np.ones(n))
+    passes, level = 0, 0 if widening else 1
+    active, tried = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+    kept: dict[int, Candidates] = {}
+    while passes < MAX_PASSES and level < 2:
+        passes += 1
+        new, new_weights = _pass(pr, cache, solution, current, weights, level == 1, active, kept)
+        value = objective(pr, new)
+        if value >= current * (1 - TOLERANCE):
+            tried |= active
+            if tried.all():
+                level, active, tried = level + 1, np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+            else:
+                active = ~tried
+            continue
+        changed = np.any(new[0] != solution[0], axis=1) | (new[1] != solution[1])
+        changed |= (new_weights[0] != weights[0]) | (new_weights[1] != weights[1])
+        solution, current, weights, tried = new, value, new_weights, np.zeros(n, dtype=bool)
+        if any(np.array_equal(solution[0], s[0]) and np.array_equal(solution[1], s[1]) for s, _ in ends):
             break
-    s = int(np.argmin(current))
-    delta, micro, beta, power = delta[s : s + 1], micro[s : s + 1], beta[s : s + 1], power[s : s + 1]
-    for _ in range(effort.moves):
-        d, m, b, p, value, now = neighbours.best_move(
-            pr, delta[0], micro[0], effort.move_weights, (beta[0], power[0])
+        active = changed | _at_a_maximum(pr, solution)
+        if widening and level == 1:
+            level, active = 0, np.ones(n, dtype=bool)
+    return solution, current, passes
+
+
+def _pass(
+    pr: RoundProblem,
+    cache: LinkCache,
+    solution: Solution,
+    current: float,
+    weights: tuple[FloatArray, FloatArray],
+    wide: bool,
+    active: np.ndarray,
+    kept: dict[int, Candidates],
+) -> tuple[Solution, tuple[FloatArray, FloatArray]]:
+    """One pass: the active clusters' candidates and the others' last ones, links for each (weights (1, 1)
+    and the cluster's own), the acceptance; then, with several clusters, the joint M step and the links
+    coupled again (the new weights)."""
+    fresh = candidates(pr, solution, weights, wide, active)
+    for c in np.flatnonzero(active):
+        kept[int(c)] = _subset(fresh, fresh.owner == c)
+    cand = Candidates.concatenate([kept[int(c)] for c in range(pr.shape[0]) if int(c) in kept])
+    w, v = weights
+    own = (w[cand.owner] != 1) | (v[cand.owner] != 1)
+    owner = np.concatenate([cand.owner, cand.owner[own]])
+    delta, micro = (
+        np.concatenate([cand.delta, cand.delta[own]]),
+        np.concatenate([cand.micro, cand.micro[own]]),
+    )
+    ones = np.ones(cand.owner.size)
+    pipeline_w = np.concatenate([ones, w[cand.owner[own]]])
+    gather_w = np.concatenate([ones, v[cand.owner[own]]])
+    beta, power = cache.links(owner, delta, micro, pipeline_w, gather_w, 2)
+    new = _accept(pr, solution, owner, (delta, micro, beta, power), current)
+    if pr.shape[0] == 1:
+        return new, weights
+    options, choices = [new], [weights]
+    for m in (new[1], _micro_step(pr, new[0][None], new[2][None], new[3][None])[0]):
+        b, p, w_new, v_new = (x[0] for x in weighted_links(cache, new[0][None], m[None], 2, PASS_WEIGHTS))
+        options.append((new[0], m, b, p))
+        choices.append((w_new, v_new))
+    best = int(np.argmin([objective(pr, o) for o in options]))
+    return options[best], choices[max(best, 1)]
+
+
+def _subset(c: Candidates, mask: np.ndarray) -> Candidates:
+    return Candidates(c.owner[mask], c.delta[mask], c.micro[mask], c.value[mask])
+
+
+def _at_a_maximum(pr: RoundProblem, solution: Solution) -> np.ndarray:
+    """The clusters at the round's pipeline or gather maximum (to a relative 1e-9)."""
+    pipe, gather, _, _ = _figures(pr, solution)
+    at: np.ndarray = (pipe >= pipe.max() * (1 - 1e-9)) | (gather >= gather.max() * (1 - 1e-9))
+    return at
+
+
+def _accept(
+    pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solution, current: float
+) -> Solution:
+    """The best of: the current solution; each candidate alone (its cluster changed, the others as they
+    are), also with every cluster's M re-chosen by the joint M step; one option per cluster chosen together
+    by the cluster selection, as chosen and with M re-chosen."""
+    n = pr.shape[0]
+    now, new = _figures(pr, solution), _figures(pr, cand, owner)
+    value = _single_changes(pr, now, new, owner)
+    i = int(np.argmin(value))
+    best = (_replaced(solution, cand, owner, np.array([i])), float(value[i]))
+    if n > 1:
+        # with every M re-chosen: J ≥ the bound of the pipeline and convergence terms over every choice of M
+        # (microbatches.replaced_bound) + V·(max_n A_n + U) + Σ_n E_n(M = 1); candidates whose bound
+        # cannot win are not tried, nor those that leave the pipeline's maximum where it is
+        one = _figures(pr, (solution[0], np.ones_like(solution[1]), *solution[2:]))
+        one_c = _figures(pr, (cand[0], np.ones_like(cand[1]), *cand[2:]), owner)
+        limit = np.minimum(pr.memory_limit(solution[0]), pr.microbatch_limit)
+        limit_c = np.minimum(pr.rows(owner).memory_limit(cand[0]), pr.microbatch_limit)
+        # a first, looser bound (every cluster at M = 1 and at its limit at once) before the tight one
+        gather = np.maximum(others_max(now[1])[owner], new[1])
+        energy = one[2].sum() - one[2][owner] + one_c[2]
+        loose = _single_changes(
+            pr, (*one[:3], limit.astype(np.float64)), (*one_c[:3], limit_c.astype(np.float64)), owner
         )
-        iterations += 1
-        if value >= now * (1 - TOLERANCE):
-            break
-        delta, micro, beta, power = d[None], m[None], b[None], p[None]
-    # polish: M for the links found (the moves already tried every M of a lone cluster), links to full
-    # precision (coupled across clusters)
-    fine_micro = micro_step(pr, delta, beta, power) if pr.shape[0] > 1 or effort.moves == 0 else micro
-    weights = effort.polish_weights
-    if pr.shape[0] == 2 and effort is FULL:
-        weights = tuple(float(w) for w in np.linspace(1.0, 0.0, 11))  # ties between two clusters
-    fine = links(pr, delta, fine_micro, effort.polish_rounds, weights, memo)
-    options = [(micro, beta, power), (fine_micro, *fine)]
-    values = [float(objective(pr, delta, m, b, p)[0]) for m, b, p in options]
-    micro, beta, power = options[int(np.argmin(values))]
-    decision = Decision.from_arrays(delta[0], beta[0], power[0], micro[0], solver_iterations=iterations)
-    return decision, min(values)
+        moves_max = (now[0][owner] >= now[0].max() * (1 - 1e-9)) | (new[0] > others_max(now[0])[owner])
+        bound = np.full(owner.size, np.inf)
+        tight = np.flatnonzero(moves_max & (loose < min(best[1], current) * (1 - TOLERANCE)))
+        if tight.size:
+            two = _figures(pr, (solution[0], 2 * np.ones_like(solution[1]), *solution[2:]))
+            two_c = _figures(
+                pr,
+                (cand[0][tight], 2 * np.ones_like(cand[1][tight]), cand[2][tight], cand[3][tight]),
+                owner[tight],
+            )
+            pipe = ((one[0], two[0] - one[0]), (one_c[0][tight], two_c[0] - one_c[0][tight]))
+            bound[tight] = replaced_bound(pr, pipe, (limit, limit_c[tight]), owner[tight])
+            bound[tight] += pr.V * (gather[tight] + pr.upload_s) + energy[tight]
+        for chunk in np.array_split(np.argsort(bound), max(owner.size // JOINT_CHUNK, 1)):
+            chunk = chunk[bound[chunk] < min(best[1], current) * (1 - TOLERANCE)]
+            if chunk.size == 0:
+                break
+            full = _replaced(solution, cand, owner, chunk)
+            joint = (full[0], _micro_step(pr, full[0], full[2], full[3]), full[2], full[3])
+            values = costs(pr, joint[0], joint[1], pr.time_per_bit(joint[2], joint[3]), joint[3]).objective
+            j = int(np.argmin(values))
+            if values[j] < best[1]:
+                best = (
+                    (joint[0][j : j + 1], joint[1][j : j + 1], joint[2][j : j + 1], joint[3][j : j + 1]),
+                    values[j],
+                )
+    options = [solution, (best[0][0][0], best[0][1][0], best[0][2][0], best[0][3][0])]
+    if n > 1:
+        options += _selected(pr, solution, owner, cand, now, new)
+    return options[int(np.argmin([objective(pr, o) for o in options]))]
+
+
+def _figures(pr: RoundProblem, solution: Solution, owner: IntArray | None = None) -> Figures:
+    """Per cluster (with ``owner``: per single-cluster row) I·T^pipe, the gather time, Σ_k Q_k·E_k and M."""
+    problem = pr if owner is None else pr.rows(owner)
+    delta, micro, beta, power = solution
+    c = costs(problem, delta, micro, problem.time_per_bit(beta, power), power)
+    energy = np.sum(problem.queues * c.energy_j, axis=-1)
+    return problem.iterations * c.pipeline_s, c.gather_s, energy, np.asarray(micro, dtype=np.float64)
+
+
+def _single_changes(pr: RoundProblem, now: Figures, new: Figures, owner: IntArray) -> FloatArray:
+    """J (Q,) of the solution whose figures are ``now`` (N,) with cluster owner_q's replaced by ``new``
+    (Q,): the other clusters' maxima by the top-two rule, their sums by difference."""
+    pipe = np.maximum(others_max(now[0])[owner], new[0])
+    gather = np.maximum(others_max(now[1])[owner], new[1])
+    energy = now[2].sum() - now[2][owner] + new[2]
+    micro = now[3].sum() - now[3][owner] + new[3]
+    value: FloatArray = round_objective(pr, pipe[:, None], gather[:, None], energy[:, None], micro[:, None])
+    return value
+
+
+def _replaced(solution: Solution, cand: Solution, owner: IntArray, which: IntArray) -> Solution:
+    """Solutions (S, ...): the current one with cluster owner[i]'s part replaced by candidate i, i ∈ which."""
+    at = (np.arange(which.size), owner[which])
+    delta, micro = np.repeat(solution[0][None], which.size, 0), np.repeat(solution[1][None], which.size, 0)
+    beta, power = np.repeat(solution[2][None], which.size, 0), np.repeat(solution[3][None], which.size, 0)
+    delta[at], micro[at], beta[at], power[at] = cand[0][which], cand[1][which], cand[2][which], cand[3][which]
+    return delta, micro, beta, power
+
+
+def _selected(
+    pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solution, now: Figures, new: Figures
+) -> list[Solution]:
+    """One option per cluster — its current part (option 0) or one of its candidates — chosen by the
+    cluster selection; as chosen and with M re-chosen by the joint M step."""
+    n = pr.shape[0]
+    slot = np.zeros(owner.size, dtype=np.int64)  # each candidate's option within its cluster
+    for c in range(n):
+        mine = np.flatnonzero(owner == c)
+        slot[mine] = 1 + np.arange(mine.size)
+    menus = []
+    for current, option, missing in zip(now, new, (np.inf, 0.0, 0.0, 1.0), strict=True):
+        menu = np.full((int(slot.max()) + 1, n), float(missing))
+        menu[0], menu[slot, owner] = current, option
+        menus.append(menu[None])
+    pick = select(pr, *menus)[0]
+    index = np.full(menus[0].shape[1:], -1)
+    index[slot, owner] = np.arange(owner.size)
+    delta, micro, beta, power = solution[0].copy(), solution[1].copy(), solution[2].copy(), solution[3].copy()
+    changed = np.flatnonzero(pick > 0)
+    which = index[pick[changed], changed]
+    delta[changed], micro[changed], beta[changed], power[changed] = (
+        cand[0][which],
+        cand[1][which],
+        cand[2][which],
+        cand[3][which],
+    )
+    joint = _micro_step(pr, delta[None], beta[None], power[None])[0]
+    return [(delta, micro, beta, power), (delta, joint, beta, power)]
+
+
+def objective(pr: RoundProblem, solution: Solution) -> float:
+    delta, micro, beta, power = solution
+    return float(costs(pr, delta, micro, pr.time_per_bit(beta, power), power).objective)
+
+
+def _micro_step(pr: RoundProblem, delta: IntArray, beta: FloatArray, power: FloatArray) -> IntArray:
+    """The exact joint M (S, N) for fixed δ, β, p (S, N, K)."""
+    limit = np.maximum(np.minimum(pr.memory_limit(delta), pr.microbatch_limit), 1)
+    return best_microbatches(pr, delta, pr.time_per_bit(beta, power), power, limit)
+
+
+def _start(pr: RoundProblem) -> tuple[IntArray, IntArray]:
+    """(δ, M) of the segment step under current links with every available device on an equal share at
+    p_max, the best of each cluster over the candidate M."""
+    n = pr.shape[0]
+    share = np.where(pr.available, 1.0 / np.maximum(pr.available.sum(axis=1, keepdims=True), 1), 0.0)
+    everyone = (
+        pr.available.astype(np.int64),
+        np.ones(n, dtype=np.int64),
+        share,
+        np.where(share > 0, pr.max_power_w, 0.0),
+    )
+    fallback = _fallback(pr)
+    ones = np.ones(n)
+    found, _ = segment_step(
+        pr, everyone, fallback, [RowSet(ones, ones)], np.ones(n, dtype=bool), ("current",)
+    )
+    delta, micro = fallback, np.ones(n, dtype=np.int64)
+    for c in range(n):
+        mine = np.flatnonzero(found.owner == c)
+        if mine.size:
+            i = mine[np.argmin(found.value[mine])]
+            delta[c], micro[c] = found.delta[i], found.micro[i]
+    return delta, micro
+
+
+def _fallback(pr: RoundProblem) -> IntArray:
+    """A placement that fits in memory at M = 1: the largest caps first, per cluster."""
+    caps = pr.memory_caps(np.ones(pr.shape[0]))
+    delta = np.zeros(pr.shape, dtype=np.int64)
+    for n in range(pr.shape[0]):
+        left = pr.num_blocks
+        for k in np.argsort(-caps[n], kind="stable"):
+            delta[n, k] = min(left, int(caps[n, k]))
+            left -= delta[n, k]
+    return delta
 
 
 def check_memory(pr: RoundProblem) -> None:
@@ -145,38 +373,6 @@ def check_memory(pr: RoundProblem) -> None:
             f"{pr.overhead_bytes / 2**20:.0f} MiB runtime on each device)"
         )
     raise ValueError("dssda: no placement fits in memory — " + "; ".join(lines))
-
-
-def _starts(pr: RoundProblem, effort: Effort) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
-    """The initial (δ, M, β, p) (1, ...): the joint segment step with every available device on an
-    equal share of its cluster's band at p_max; the scheduled devices keep those shares."""
-    n, _k = pr.shape
-    share = 1.0 / np.maximum(pr.available.sum(axis=1, keepdims=True), 1)
-    beta = np.where(pr.available, share, 0.0)[None]
-    power = np.where(beta > 0, pr.max_power_w, 0.0)
-    scheduled = pr.available.astype(np.int64)[None]  # every link as given
-    micro = np.ones((1, n), dtype=np.int64)
-    current = _fallback(pr)[None]
-    delta, micro = segments(
-        pr, scheduled, micro, beta, power, current, ((proposals.current_links, True),), effort
-    )
-    delta, micro = delta[:, 0], micro[:, 0]
-    on = delta > 0
-    beta = np.where(on, 1.0 / np.maximum(on.sum(axis=-1, keepdims=True), 1), 0.0)
-    return delta, micro, beta, np.where(on, pr.max_power_w, 0.0)
-
-
-def _fallback(pr: RoundProblem) -> IntArray:
-    """A placement that fits in memory at M = 1: the largest caps first, per cluster."""
-    caps = pr.memory_caps(np.ones(pr.shape[0]))
-    delta = np.zeros(pr.shape, dtype=np.int64)
-    for n in range(pr.shape[0]):
-        left = pr.num_blocks
-        for k in np.argsort(-caps[n], kind="stable"):
-            take = min(left, int(caps[n, k]))
-            delta[n, k] = take
-            left -= take
-    return delta
 
 
 @register("dssda")

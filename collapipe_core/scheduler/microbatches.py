@@ -1,19 +1,19 @@
-"""DSSDA's micro-batch step: the exact best M per cluster for fixed segments and links.
+"""DSSDA's micro-batch step: the exact best M of every cluster for fixed segments and links.
 
 For fixed δ, β, p, cluster n's iteration time and queue-weighted energy are affine in M_n:
 
-    I·T^pipe_n(M) = π_n + (M − 1)·ρ_n,   ρ_n = I·[max_i F_i + max_i B_i]   (stage maxima)
+    I·T^pipe_n(M) = π_n + (M − 1)·ρ_n,   ρ_n = I·[max(c_F, max_k max(δ_k·a_k, P·u_k)) + max(c_B, …)]
     Σ_k Q_k·E_k(M) = ε_n + η_n·M,        η_n = Σ_k Q_k·(δ_k·e_k + 2·I·P·p_k·u_k)
 
 and the gather time does not depend on M, so the micro-batches minimise
 
     V·max_n (π_n + (M_n − 1)·ρ_n) + Σ_n η_n·M_n + V·λ·σ²/(b·Σ_n M_n),   1 ≤ M_n ≤ M_max_n
 
-(M_max_n: the configured limit and the largest M whose activations fit every device's memory). This is
-solved exactly by enumerating the level Π̄ of the maximum over the values π_n + (m − 1)·ρ_n: under Π̄
-each cluster may take up to U_n(Π̄) micro-batches, and since V·λ·σ²/(b·T) is convex in the total T the
-extra micro-batches beyond M_n = 1 are taken greedily from the clusters with the smallest η_n while the
-marginal gain V·λ·σ²/(b·T·(T + 1)) exceeds η_n.
+(M_max_n: the configured limit and the largest M whose activations fit every device's memory). Exactly:
+the level Π̄ of the maximum is one of the values π_n + (m − 1)·ρ_n; under a level each cluster may take
+up to U_n(Π̄) micro-batches, and since V·λ·σ²/(b·T) is convex in the total T, the t-th micro-batch beyond
+one per cluster (total T = N + t) gains V·λ·σ²/(b·(T − 1)·T): the clusters take their extra ones
+cheapest η_n first while that gain exceeds η_n. Every level is tried and the best is kept.
 """
 
 from __future__ import annotations
@@ -21,46 +21,104 @@ from __future__ import annotations
 import numpy as np
 
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler import kernels
-from collapipe_core.scheduler.problem import IntArray, RoundProblem
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet
 
 
-def memory_limit(pr: RoundProblem, delta: IntArray) -> IntArray:
-    """Largest M (…, N) whose in-flight activations fit every scheduled device (0 if not even M = 1)."""
-    lead = delta.shape[:-1]
-    flat = delta.reshape(-1, delta.shape[-1])
-    capacity = np.broadcast_to(pr.memory_bytes, delta.shape).reshape(flat.shape)
-    limits = kernels.memory_limits(
-        flat,
-        capacity,
-        pr.block_state_bytes,
-        pr.activation_bytes,
-        pr.buffer_bytes,
-        pr.overhead_bytes,
-        pr.microbatch_limit,
-        pr.schedule == "1f1b",
-    )
-    return limits.reshape(lead)
-
-
+@quiet
 def best_microbatches(
     pr: RoundProblem, delta: IntArray, time_per_bit: FloatArray, power: FloatArray, limit: IntArray
 ) -> IntArray:
-    """The optimal M (S, N) for δ, u, p (S, N, K) and per-cluster limits (S, N) ≥ 1 (compiled:
-    ``kernels.joint_microbatches``, the formulas above)."""
-    devices = np.stack([pr.compute_s, pr.compute_energy_j, pr.queues])
-    constants = np.array(
-        [
-            pr.chain_sum_s,
-            pr.chain_max_forward_s,
-            pr.chain_max_backward_s,
-            pr.iterations,
-            pr.payload_bits,
-            pr.V,
-            pr.V * pr.lambda_ * pr.gradient_variance,
-            pr.microbatch_size,
-        ]
+    """The optimal M (S, N) for δ, u, p (S, N, K) and per-cluster limits (S, N) ≥ 1."""
+    s_count, n, _ = delta.shape
+    ones = np.ones((s_count, n), dtype=np.int64)
+    one = costs(pr, delta, ones, time_per_bit, power)
+    two = costs(pr, delta, 2 * ones, time_per_bit, power)
+    pi = pr.iterations * one.pipeline_s  # (S, N)
+    rho = pr.iterations * (two.pipeline_s - one.pipeline_s)
+    eta = np.sum(pr.queues * (two.energy_j - one.energy_j), axis=-1)
+    gain = pr.V * pr.lambda_ * pr.gradient_variance / pr.microbatch_size
+    m = np.arange(1, pr.microbatch_limit + 1)
+    levels = (pi[:, :, None] + (m - 1) * rho[:, :, None]).reshape(s_count, -1)  # (S, levels)
+    levels = np.where((m <= limit[:, :, None]).reshape(s_count, -1), levels, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        room = np.floor((levels[:, :, None] - pi[:, None, :]) / rho[:, None, :] * (1 + 1e-12) + 1e-12) + 1.0
+    room = np.where(
+        rho[:, None, :] > 0, room, np.where(levels[:, :, None] >= pi[:, None, :] * (1 - 1e-12), np.inf, 0)
     )
-    return kernels.joint_microbatches(
-        delta, time_per_bit, power, limit, devices, constants, pr.microbatch_limit
+    units = np.minimum(np.nan_to_num(room, nan=0.0), limit[:, None, :])  # (S, levels, N)
+    feasible = np.all(units >= 1, axis=2) & ~np.isnan(levels)
+    micro = _greedy(np.maximum(units, 1).astype(np.int64), eta, gain)
+    pipe = np.max(pi[:, None, :] + (micro - 1) * rho[:, None, :], axis=2)
+    total = micro.sum(axis=2)
+    value = pr.V * pipe + np.sum(eta[:, None, :] * micro, axis=2) + gain / total
+    best = np.argmin(np.where(feasible, value, np.inf), axis=1)
+    chosen: IntArray = micro[np.arange(s_count), best]
+    return chosen
+
+
+@quiet
+def replaced_bound(
+    pr: RoundProblem,
+    pipe: tuple[tuple[FloatArray, FloatArray], tuple[FloatArray, FloatArray]],
+    limit: tuple[IntArray, IntArray],
+    owner: IntArray,
+) -> FloatArray:
+    """For each candidate q (cluster owner_q replaced), a lower bound of
+    V·(max_n I·T^pipe_n + λ·σ²/(b·Σ_n M_n)) over every M the joint M step could choose: the least, over
+    levels Π̄ ≥ max_n π_n, of V·Π̄ + V·λ·σ²/(b·S(Π̄)), S(Π̄) = Σ_n U_n(Π̄) the most micro-batches under the
+    level (each cluster's limit at most). ``pipe`` is (π, ρ) of the clusters (N,) and of the candidates
+    (Q,), ``limit`` their limits on M. S is a step function (+1 at each π_n + (m − 1)·ρ_n, m ≤ limit_n)
+    and the bound's argument rises between its steps, so the least value is at a step: every cluster's
+    and the candidate's are tried."""
+    (pi, rho), (pi_q, rho_q) = pipe
+    m = np.arange(1, pr.microbatch_limit + 1)
+    steps = pi[:, None] + (m - 1) * rho[:, None]  # (N, M)
+    steps_q = pi_q[:, None] + (m - 1) * rho_q[:, None]  # (Q, M)
+    everyone = np.sort(steps[m <= limit[0][:, None]])
+    levels = np.concatenate([np.broadcast_to(everyone, (owner.size, everyone.size)), steps_q], axis=1)
+
+    def units(level: FloatArray, p: FloatArray, r: FloatArray, most: FloatArray) -> FloatArray:
+        count = np.where(
+            r > 0, np.floor((level - p) / np.where(r > 0, r, 1.0) * (1 + 1e-12) + 1e-12) + 1, np.inf
+        )
+        out: FloatArray = np.clip(np.where(level >= p * (1 - 1e-12), count, 0.0), 0, most)
+        return out
+
+    total = (
+        np.searchsorted(everyone, levels * (1 + 1e-12), side="right")
+        - units(levels, pi[owner, None], rho[owner, None], limit[0][owner, None].astype(np.float64))
+        + units(levels, pi_q[:, None], rho_q[:, None], limit[1][:, None].astype(np.float64))
     )
+    lowest = np.maximum(others_top(pi, owner), pi_q)[:, None]
+    gain = pr.lambda_ * pr.gradient_variance / pr.microbatch_size
+    value = np.where(levels >= lowest * (1 - 1e-12), pr.V * (levels + gain / np.maximum(total, 1)), np.inf)
+    bound: FloatArray = np.min(value, axis=1)
+    return bound
+
+
+def others_top(x: FloatArray, owner: IntArray) -> FloatArray:
+    """The largest x (N,) of the clusters other than owner_q, (Q,) (−∞ with one cluster)."""
+    if x.size == 1:
+        return np.full(owner.size, -np.inf)
+    order = np.argsort(x)
+    top, second = order[-1], order[-2]
+    out: FloatArray = np.where(owner == top, x[second], x[top])
+    return out
+
+
+def _greedy(units: IntArray, eta: FloatArray, gain: float) -> IntArray:
+    """M (S, levels, N) under per-cluster maxima ``units``: the extra micro-batches go to the clusters in
+    increasing η_n, the t-th (total N + t) while gain/((N + t − 1)·(N + t)) > η_n."""
+    n = units.shape[2]
+    order = np.argsort(eta, axis=1, kind="stable")  # (S, N) cheapest first
+    extra = np.take_along_axis(units - 1, order[:, None, :], axis=2)
+    cost = np.take_along_axis(eta, order, axis=1)[:, None, :]
+    before = np.cumsum(extra, axis=2) - extra
+    with np.errstate(divide="ignore", over="ignore"):
+        ratio = np.where(cost > 0, gain / np.where(cost > 0, cost, 1.0), np.inf)
+        # the last t with gain/((N + t − 1)(N + t)) > η: (N + t − 1)(N + t) < ratio
+        t_max = np.where(gain > 0, np.ceil((1 + np.sqrt(1 + 4 * np.minimum(ratio, 1e300))) / 2 - n) - 1, 0.0)
+    taken = np.clip(np.minimum(before + extra, t_max) - before, 0, extra).astype(np.int64)
+    micro = np.empty_like(units)
+    np.put_along_axis(micro, np.broadcast_to(order[:, None, :], micro.shape), 1 + taken, axis=2)
+    return micro

@@ -3,7 +3,7 @@
 Every cluster's segment vectors δ (all compositions of L into the available devices, zeros allowed)
 are combined with every micro-batch count M = 1..M_max that fits in memory; across clusters every
 combination of those is a candidate. For each candidate the link allocation (β, p) is solved exactly
-by :func:`collapipe_core.scheduler.barrier.solve_links` (a log-barrier method, independent of DSSDA's
+by :func:`collapipe_core.scheduler.optimal_links.solve_links` (a log-barrier method, independent of DSSDA's
 allocation steps). Candidates are solved in order of a valid lower bound on their objective and the
 search stops when the next lower bound reaches the best objective found (branch and bound: the result
 is the exact optimum of the model up to the barrier's 1e-9 tolerance).
@@ -26,8 +26,8 @@ import numpy as np
 from collapipe_core.costmodel.evaluate import device_memory_bytes, in_flight_microbatches
 from collapipe_core.decision import Decision
 from collapipe_core.network import BoolArray, FloatArray
-from collapipe_core.scheduler.barrier import solve_links
 from collapipe_core.scheduler.base import register
+from collapipe_core.scheduler.optimal_links import solve_links
 from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem, costs
 from collapipe_core.state import RoundState
 
@@ -224,9 +224,7 @@ class Optimal:
 def objective_of(state: RoundState, decision: Decision) -> float:
     """The closed-form objective of a decision (GPipe), for reports and tests."""
     pr = build_problem(state)
-    rate = pr.rate_bps(decision.bandwidth_share(), decision.power_w())
-    with np.errstate(divide="ignore"):
-        u = np.where(rate > 0, 1.0 / rate, np.inf)
+    u = pr.time_per_bit(decision.bandwidth_share(), decision.power_w())
     return float(
         costs(pr, decision.num_blocks(), decision.num_microbatches(), u, decision.power_w()).objective
     )

@@ -1,4 +1,4 @@
-"""The per-round scheduling problem as plain arrays: the constants of evaluate()'s model, vectorised.
+"""The per-round scheduling problem as plain arrays, and its objective in closed form.
 
 Every scheduler works on the same numbers. For cluster n and device k (arrays (N, K)), per micro-batch
 of b samples and per TEB:
@@ -10,7 +10,7 @@ of b samples and per TEB:
 - U    = 8·bytes·(|θ_emb| + |θ_enc|) / r_up  the CU's upload time (the same for every decision)
 - S0, c_F, c_B: sum and maxima of the CU's and the edge server's stage times (forward / backward)
 
-With u_k = 1/r_k (seconds per bit) a decision (δ, M, β, p) costs
+With u_k = 1/r_k (seconds per bit), r_k = β_k·W·log2(1 + p_k·h_k/(β_k·W·N0)), a decision (δ, M, β, p) costs
 
     T^pipe_n = S0 + Σ_{δ_k>0} (3·δ_k·a_k + 2·P·u_k)
                + (M_n − 1)·[max(c_F, max_k max(δ_k·a_k, P·u_k)) + max(c_B, max_k max(2·δ_k·a_k, P·u_k))]
@@ -20,19 +20,18 @@ With u_k = 1/r_k (seconds per bit) a decision (δ, M, β, p) costs
 
 which is exactly :func:`collapipe_core.costmodel.evaluate` for the GPipe schedule (the tests check it).
 For 1F1B the solvers use the same closed form as their latency model (the cost model simulates 1F1B).
+
+:func:`costs` computes the per-cluster figures and :func:`round_objective` assembles J from them: the
+one place that lists the objective's terms (every solver step scores with these two).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import wraps
-from typing import Literal, ParamSpec, TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -41,32 +40,11 @@ from collapipe_core.network import BoolArray, FloatArray
 from collapipe_core.state import RoundState
 
 IntArray = npt.NDArray[np.int64]
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 _T = TypeVar("_T", bound=np.generic)
 
-
-def quiet(step: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Run a solver step without IEEE warnings: the steps mark infeasible candidates with ∞ (and 0·∞ = NaN
-    along the way) and mask them out explicitly. A step called from inside another quiet step runs as it
-    is (the outer step's error state already holds; entering np.errstate costs several numpy calls)."""
-
-    @wraps(step)
-    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        if getattr(_QUIET, "active", False):
-            return step(*args, **kwargs)
-        _QUIET.active = True
-        try:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                return step(*args, **kwargs)
-        finally:
-            _QUIET.active = False
-
-    return run
-
-
-_QUIET = threading.local()  # .active: this thread is inside a quiet step
-
+quiet = np.errstate(divide="ignore", invalid="ignore", over="ignore")
+"""A decorator for the solver steps: they mark infeasible candidates with ∞ (and 0·∞ = NaN along the way)
+and mask them explicitly, so IEEE warnings are silenced there."""
 
 DEVICE_FIELDS = (  # the (N, K) arrays of a RoundProblem
     "available",
@@ -115,6 +93,12 @@ class RoundProblem:
     def shape(self) -> tuple[int, int]:
         return (int(self.available.shape[0]), int(self.available.shape[1]))
 
+    @property
+    def snr_scale(self) -> FloatArray:
+        """π_k = p_max·h_k/(W·N0): the SNR of device k at full power on the whole band (N, K)."""
+        scale: FloatArray = self.max_power_w * self.gain / (self.bandwidth_hz * self.noise_w_per_hz)
+        return scale
+
     def with_queues(self, queues: FloatArray) -> RoundProblem:
         return dataclasses.replace(self, queues=np.asarray(queues, dtype=np.float64))
 
@@ -124,8 +108,7 @@ class RoundProblem:
 
     def rows(self, clusters: IntArray) -> RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
-        a batch of independent single-cluster sub-problems solved side by side. (A copy with the device
-        arrays replaced: what dataclasses.replace gives, without re-running __init__ over every field.)"""
+        a batch of independent single-cluster sub-problems solved side by side."""
         rows = copy.copy(self)
         for name in DEVICE_FIELDS:
             object.__setattr__(rows, name, getattr(self, name)[clusters])
@@ -144,44 +127,60 @@ class RoundProblem:
             after: FloatArray = np.cumsum(self.available[:, ::-1], axis=1)[:, ::-1] - self.available
             in_flight = np.minimum(in_flight, after + 2.0)
         per_block = self.block_state_bytes + in_flight * self.activation_bytes
-        fixed = (
-            self.overhead_bytes + self.activation_bytes + m * self.buffer_bytes
-        )  # costmodel.device_memory_bytes
+        fixed = self.overhead_bytes + self.activation_bytes + m * self.buffer_bytes  # device_memory_bytes
         caps = np.floor((self.memory_bytes - fixed) / per_block)
         return np.where(self.available, np.clip(caps, 0, self.num_blocks), 0).astype(np.int64)
 
-    @quiet
-    def rate_bps(self, beta: FloatArray, power: FloatArray) -> FloatArray:
-        """r = βW·log2(1 + p·h/(βW·N0)), 0 where β or p is 0 (any leading batch dimensions)."""
+    def memory_limit(self, delta: IntArray) -> IntArray:
+        """Largest M ≤ M_max (…, N) such that every M' ≤ M fits every scheduled device (0: not even M = 1).
+
+        A device needs δ_k·(state + n_k·activation) + activation + M·buffers + overhead bytes
+        (``costmodel.device_memory_bytes``), n_k = M for GPipe and min(C − i_k, M) for 1F1B (C = scheduled
+        devices + 2, i_k the device's position among them: ``costmodel.in_flight_microbatches``).
+        """
+        on = delta > 0
+        m = np.arange(1, self.microbatch_limit + 1, dtype=np.float64)  # (M,)
+        in_flight = np.broadcast_to(m, (*delta.shape, m.size))
+        if self.schedule == "1f1b":
+            position = np.cumsum(on, axis=-1)
+            stages = on.sum(axis=-1, keepdims=True) + 2
+            in_flight = np.minimum(in_flight, (stages - position)[..., None])
+        need = (
+            delta[..., None] * (self.block_state_bytes + in_flight * self.activation_bytes)
+            + self.activation_bytes
+            + m * self.buffer_bytes
+            + self.overhead_bytes
+        )
+        fits = np.all(~on[..., None] | (need <= self.memory_bytes[..., None]), axis=-2)  # (..., N, M)
+        return np.asarray(np.cumprod(fits, axis=-1).sum(axis=-1), dtype=np.int64)
+
+    def time_per_bit(self, beta: FloatArray, power: FloatArray) -> FloatArray:
+        """u = 1/r with r = β·W·log2(1 + p·h/(β·W·N0)); ∞ where β or p is 0 (any leading dimensions)."""
         bw = np.maximum(beta, 0.0) * self.bandwidth_hz
-        snr = np.where(bw > 0, np.maximum(power, 0.0) * self.gain / (bw * self.noise_w_per_hz), 0.0)
-        return np.where(bw > 0, bw * np.log2(1.0 + snr), 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = bw * np.log2(1.0 + np.maximum(power, 0.0) * self.gain / (bw * self.noise_w_per_hz))
+            return np.where((bw > 0) & (rate > 0), 1.0 / rate, np.inf)
 
 
 def take_last(values: npt.NDArray[_T], index: IntArray) -> npt.NDArray[_T]:
-    """``np.take_along_axis(values, index, axis=-1)`` for arrays with the same leading shape, by one flat
-    gather (numpy's general version builds an index per axis in Python: slow on the solvers' small arrays)."""
-    offsets: IntArray = row_offsets(index.shape[:-1], values.shape[-1])
-    out: npt.NDArray[_T] = np.asarray(values).reshape(-1)[index + offsets]
-    return out
-
-
-@functools.lru_cache(maxsize=256)
-def row_offsets(lead: tuple[int, ...], width: int) -> IntArray:
-    """The flat offset of each row's first element, (*lead, 1); cached (read-only): the shapes repeat."""
+    """``np.take_along_axis(values, index, axis=-1)`` for ``values`` (..., K) broadcast to the leading shape
+    of ``index`` (..., J), as one flat gather (numpy's version builds an index per axis: slow on the
+    solvers' many small arrays)."""
+    lead, width = index.shape[:-1], values.shape[-1]
+    flat = np.broadcast_to(values, (*lead, width)).reshape(-1)
     offsets = np.arange(0, math.prod(lead) * width, width).reshape((*lead, 1))
-    offsets.flags.writeable = False
-    return offsets
+    out: npt.NDArray[_T] = flat[index + offsets]
+    return out
 
 
 @dataclass(frozen=True, eq=False)
 class Costs:
     """The closed-form figures of a batch of decisions (leading dims ``...``)."""
 
-    pipeline_s: FloatArray  # (..., N) one iteration
-    gather_s: FloatArray  # (..., N) max_k δ_k·B·u_k (without the upload)
-    energy_j: FloatArray  # (..., N, K)
-    objective: FloatArray  # (...)
+    pipeline_s: FloatArray  # (..., N) T^pipe_n, one iteration
+    gather_s: FloatArray  # (..., N) max_k δ_k·B·u_k (A_n without the upload)
+    energy_j: FloatArray  # (..., N, K) E_k
+    objective: FloatArray  # (...) J
 
 
 def build_problem(state: RoundState) -> RoundProblem:
@@ -228,51 +227,39 @@ def build_problem(state: RoundState) -> RoundProblem:
 
 
 def costs(
-    problem: RoundProblem, delta: IntArray, micro: IntArray, time_per_bit: FloatArray, power: FloatArray
+    pr: RoundProblem, delta: IntArray, micro: IntArray, time_per_bit: FloatArray, power: FloatArray
 ) -> Costs:
-    """The model's figures for δ (..., N, K), M (..., N), u = 1/r (..., N, K; any value where δ = 0), p.
-
-    The formulas are those of this module's docstring, computed per decision by the compiled
-    :func:`~collapipe_core.scheduler.kernels.costs.decision_costs`."""
-    # imported here rather than at the top: the kernels import this module
-    from collapipe_core.scheduler.kernels.costs import decision_costs
-
-    pr = problem
-    lead = delta.shape[:-2]
-    n, k = pr.shape
-    flat = (math.prod(lead), n, k)
-    devices = np.stack([pr.compute_s, pr.compute_energy_j, pr.queues])
-    constants = np.array(
-        [
-            pr.chain_sum_s,
-            pr.chain_max_forward_s,
-            pr.chain_max_backward_s,
-            pr.payload_bits,
-            pr.block_bits,
-            pr.iterations,
-            pr.upload_s,
-            pr.V,
-            pr.lambda_,
-            pr.gradient_variance,
-            pr.microbatch_size,
-        ]
+    """The model's figures for δ (..., N, K), M (..., N), u = 1/r (..., N, K; any value where δ = 0), p."""
+    on = delta > 0
+    m = np.asarray(micro, dtype=np.float64)
+    u = np.where(on, time_per_bit, 0.0)
+    compute = delta * pr.compute_s  # δ_k·a_k
+    link = pr.payload_bits * u  # P·u_k
+    stage_f = np.max(np.where(on, np.maximum(compute, link), 0.0), axis=-1)
+    stage_b = np.max(np.where(on, np.maximum(2.0 * compute, link), 0.0), axis=-1)
+    pipeline = (
+        pr.chain_sum_s
+        + np.sum(np.where(on, 3.0 * compute + 2.0 * link, 0.0), axis=-1)
+        + (m - 1.0)
+        * (np.maximum(pr.chain_max_forward_s, stage_f) + np.maximum(pr.chain_max_backward_s, stage_b))
     )
-    pipeline, gather, energy, objective = decision_costs(
-        delta.reshape(flat),
-        _shaped(micro, (*lead, n)).reshape(flat[:2]),
-        _shaped(time_per_bit, delta.shape).reshape(flat),
-        _shaped(power, delta.shape).reshape(flat),
-        devices,
-        constants,
-    )
-    return Costs(
-        pipeline_s=pipeline.reshape((*lead, n)),
-        gather_s=gather.reshape((*lead, n)),
-        energy_j=energy.reshape(delta.shape),
-        objective=objective.reshape(lead),
-    )
+    gather = np.max(delta * pr.block_bits * u, axis=-1)
+    bits = 2.0 * pr.iterations * m[..., None] * pr.payload_bits + delta * pr.block_bits
+    energy = np.where(on, m[..., None] * delta * pr.compute_energy_j + power * u * bits, 0.0)
+    weighted = np.sum(pr.queues * energy, axis=-1)
+    objective = round_objective(pr, pr.iterations * pipeline, gather, weighted, m)
+    return Costs(pipeline_s=pipeline, gather_s=gather, energy_j=energy, objective=objective)
 
 
-def _shaped(x: npt.NDArray[_T], shape: tuple[int, ...]) -> npt.NDArray[_T]:
-    """x broadcast to ``shape`` (np.broadcast_to costs microseconds even when nothing is to be done)."""
-    return x if x.shape == shape else np.broadcast_to(x, shape)
+def round_objective(
+    pr: RoundProblem, pipe_s: FloatArray, gather_s: FloatArray, queued_energy: FloatArray, micro: FloatArray
+) -> FloatArray:
+    """J from per-cluster figures (..., N): I·T^pipe_n, the gather time max_k δ_k·B·u_k, Σ_k Q_k·E_k and M_n.
+
+        J = V·(max_n I·T^pipe_n + max_n A_n + λ·σ²/(b·Σ_n M_n)) + Σ_n Σ_k Q_k·E_k,   A_n = U + gather_n
+
+    The solver steps that couple clusters (the micro-batch step, the cluster choice) score with this."""
+    latency = np.max(pipe_s, axis=-1) + np.max(gather_s, axis=-1) + pr.upload_s
+    convergence = pr.gradient_variance / (pr.microbatch_size * np.sum(micro, axis=-1))
+    value: FloatArray = pr.V * (latency + pr.lambda_ * convergence) + np.sum(queued_energy, axis=-1)
+    return value

@@ -10,9 +10,8 @@ import pytest
 
 from collapipe_core.costmodel import evaluate
 from collapipe_core.scheduler import dssda, get_policy, optimal
-from collapipe_core.scheduler.descent import FULL, LEAN, SCALE
 from collapipe_core.state import Environment, observe, update_queues
-from tests.core.scheduler.instances import environment, random_instance, random_round
+from tests.core.scheduler.instances import environment, random_instance
 
 INSTANCES = 256  # seeds tried; the infeasible ones (no placement fits) are skipped
 
@@ -152,9 +151,9 @@ def test_a_round_where_no_placement_fits_is_refused_naming_devices_and_shortfall
     assert f"short by 4 TEB(s) = {4 * per_block:.0f} bytes ({4 * per_block / 2**20:.2f} MiB" in message
 
 
-@pytest.mark.parametrize(("clusters", "devices", "blocks", "effort"), [(3, 4, 12, LEAN), (40, 5, 6, SCALE)])
-def test_larger_rounds_use_a_lighter_search_and_stay_feasible(
-    clusters: int, devices: int, blocks: int, effort: object
+@pytest.mark.parametrize(("clusters", "devices", "blocks"), [(3, 4, 12), (10, 5, 6)])
+def test_larger_rounds_are_decided_feasibly_and_beat_the_simple_rule(
+    clusters: int, devices: int, blocks: int
 ) -> None:
     env = environment(
         network={
@@ -165,33 +164,12 @@ def test_larger_rounds_use_a_lighter_search_and_stay_feasible(
         model={"num_blocks": blocks},
     )
     state = observe(env, 1, np.random.default_rng(0).uniform(0, 5, env.scenario.shape))
-    assert dssda.effort_for(dssda.build_problem(state)) is effort
     decision, value = dssda.solve(state)
     ev = evaluate(state, decision)
     assert ev.feasible
     assert ev.objective == pytest.approx(value, rel=1e-9)
     # no worse than the simple rule it can always fall back on
     assert ev.objective <= evaluate(state, get_policy("proportional").decide(state)).objective
-
-
-# LEAN (the effort at 12 devices) against FULL on random 3 × 4 rounds (instances.random_round, seeds
-# 0–99, 79 feasible; docs/scheduler.md): objective ratio 1.0128 on average, 1.2345 at worst. The seeds
-# below run FULL in about a second; on them SCALE's lighter search would lose 0.3–32 % (mean 6.4 %).
-LEAN_VS_FULL_WORST = 1.24
-LEAN_VS_FULL_MEAN = 1.02
-QUALITY_SEEDS = (3, 15, 17, 18, 19, 27)
-
-
-def test_the_effort_at_twelve_devices_stays_within_its_measured_bound_of_the_full_search() -> None:
-    ratios = []
-    for seed in QUALITY_SEEDS:
-        state = random_round(seed, clusters=3, devices=4)
-        assert dssda.effort_for(dssda.build_problem(state)) is LEAN
-        fast = evaluate(state, dssda.solve(state)[0]).objective
-        thorough = evaluate(state, dssda.solve(state, effort=FULL)[0]).objective
-        ratios.append(fast / thorough)
-    assert max(ratios) <= LEAN_VS_FULL_WORST, ratios
-    assert float(np.mean(ratios)) <= LEAN_VS_FULL_MEAN, ratios
 
 
 def test_myopic_ignores_the_queues() -> None:

@@ -10,7 +10,7 @@ import pytest
 from collapipe_core.costmodel import evaluate
 from collapipe_core.decision import Decision
 from collapipe_core.scheduler import get_policy, optimal
-from collapipe_core.scheduler.barrier import solve_links
+from collapipe_core.scheduler.optimal_links import solve_links
 from collapipe_core.scheduler.problem import build_problem
 from tests.core.scheduler.instances import random_instance
 

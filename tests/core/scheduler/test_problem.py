@@ -1,11 +1,14 @@
-"""The solvers' closed form is exactly the cost model (GPipe)."""
+"""The solvers' closed form is exactly the cost model (GPipe), and the memory figures are its own."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from collapipe_core.costmodel import evaluate
+from collapipe_core.costmodel.evaluate import device_memory_bytes, in_flight_microbatches
 from collapipe_core.decision import Decision
 from collapipe_core.scheduler.problem import build_problem, costs
 from tests.core.scheduler.instances import random_instance
@@ -17,21 +20,17 @@ def test_closed_form_objective_equals_evaluate_on_random_decisions() -> None:
         state = random_instance(seed)
         pr = build_problem(state)
         n, k = pr.shape
-        avail = np.flatnonzero(state.available[0])
         delta = np.zeros((n, k), dtype=np.int64)
         for c in range(n):
             slots = np.flatnonzero(state.available[c])
             delta[c, slots] = rng.multinomial(pr.num_blocks, np.ones(slots.size) / slots.size)
-        assert avail.size > 0
         on = delta > 0
         beta = np.where(on, rng.dirichlet(np.ones(k), n), 0.0)
         beta = beta / beta.sum(axis=1, keepdims=True)
         power = np.where(on, rng.uniform(0.01, 1.0, (n, k)) * pr.max_power_w, 0.0)
         micro = rng.integers(1, pr.microbatch_limit + 1, n)
         ev = evaluate(state, Decision.from_arrays(delta, beta, power, micro))
-        rate = pr.rate_bps(beta, power)
-        u = np.where(on, 1.0 / np.where(rate > 0, rate, 1.0), np.inf)
-        c = costs(pr, delta, micro, u, power)
+        c = costs(pr, delta, micro, pr.time_per_bit(beta, power), power)
         assert float(c.objective) == pytest.approx(ev.objective, rel=1e-12)
         assert np.allclose(c.energy_j, ev.energy_j, rtol=1e-12)
         assert np.allclose(c.pipeline_s, ev.pipeline_s, rtol=1e-12)
@@ -47,3 +46,27 @@ def test_memory_caps_match_the_memory_model() -> None:
         over = (caps + 1) * (pr.block_state_bytes + m * pr.activation_bytes) + fixed > pr.memory_bytes
         assert np.all(~pr.available | (fits | (caps == 0)))
         assert np.all(~pr.available | over | (caps == pr.num_blocks))
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_the_memory_limit_on_M_is_the_largest_that_fits_every_scheduled_device(schedule: str) -> None:
+    rng = np.random.default_rng(2)
+    for seed in range(30):
+        pr = build_problem(random_instance(seed))
+        pr = dataclasses.replace(pr, schedule=schedule)
+        delta = np.where(pr.available, rng.integers(0, 3, pr.shape), 0)
+        limit = pr.memory_limit(delta)
+        for m in range(1, pr.microbatch_limit + 1):
+            micro = np.full(pr.shape[0], m)
+            memory = device_memory_bytes(
+                delta,
+                in_flight_microbatches(delta, micro, schedule),
+                micro[:, None],
+                pr.block_state_bytes,
+                pr.activation_bytes,
+                pr.buffer_bytes,
+                pr.overhead_bytes,
+            )
+            fits = np.all((delta == 0) | (memory <= pr.memory_bytes), axis=1)
+            assert not np.any((m <= limit) & ~fits)
+            assert not np.any((m == limit + 1) & fits)

@@ -106,10 +106,6 @@ def test_dssda_decides_every_small_reference_round_and_never_beats_the_optimum(
     assert not below, f"below optimal's objective (a bug of one of the solvers): {below}"
 
 
-@pytest.mark.skip(
-    reason="enabled with the scheduler rewrite: today's DSSDA is above 1.01 × optimal on 4 of the 240 "
-    "recorded rounds (worst 1.060, seed 204; 1.028 at seed 118, in this subset)"
-)
 def test_dssda_is_within_one_percent_of_the_optimum_on_every_small_reference_round(
     small_ratios: dict[int, float],
 ) -> None:
@@ -122,10 +118,6 @@ def test_dssda_decides_every_medium_reference_round(medium_ratios: dict[int, flo
     assert all(math.isfinite(r) and r > 0 for r in medium_ratios.values())
 
 
-@pytest.mark.skip(
-    reason="enabled with the scheduler rewrite: today's LEAN effort is ~4 % off FULL on these rounds "
-    "(geometric mean 1.038, worst 1.371 over the 120 recorded)"
-)
 def test_dssda_is_within_half_a_percent_of_the_full_search_on_medium_reference_rounds(
     medium_ratios: dict[int, float],
 ) -> None:

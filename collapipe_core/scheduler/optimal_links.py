@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet
+from collapipe_core.scheduler.problem import IntArray, RoundProblem
 
 _LN2 = float(np.log(2.0))
 _STEPS = 0.5 ** np.arange(24.0)
@@ -69,11 +69,17 @@ class _System:
         return _System(**{name: value if name in keep else value[rows] for name, value in fields.items()})
 
 
-@quiet
 def solve_links(
     problem: RoundProblem, delta: IntArray, micro: IntArray
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Optimal β, p (C, N, K) and objective (C,) for each combination δ (C, N, K), M (C, N)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _solve_links(problem, delta, micro)
+
+
+def _solve_links(
+    problem: RoundProblem, delta: IntArray, micro: IntArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
     pr = problem
     c_count, n, k = delta.shape
     sys = _system(pr, delta, micro)

@@ -1,0 +1,222 @@
+"""Each cluster's candidates in a descent pass: new (δ_n, M_n) the driver solves links for and judges.
+
+- **The segment step** (:func:`segment_step`): the exact segment DP (module ``segments``) for every
+  cluster, candidate M, row set and link model (module ``segment_costs``);
+  each (cluster, M, row set, model) proposes its δ. Candidate M: the grid 1, 2, 3, 4, 6, 8, 12, … ≤ M_max,
+  M_max and M ± 1. A row set is the weights (w_n, v_n) the models use for the cluster's pipeline and gather
+  times, whether the gather term has the other clusters' largest gather time as its floor, and whether it
+  runs at every candidate M or at the cluster's own M only.
+- **One device left out, equal shares** (:func:`alternatives`): the DP under current links with each
+  scheduled device's cap set to 0, and with every available device on an equal share 1/m of the band at
+  p_max (m = 1, 2, K) — what dropping a device or re-spreading the band would give.
+- **Moves** (:func:`best_moves`): t TEBs from a device i to a device j of one cluster, t ∈ {1, ⌈δ_i/2⌉,
+  δ_i − 1, δ_i}, ranked by the link models' costs at the cluster's M; the best few of each model (a local
+  search around the DP's optimum, judged by the driver with links re-solved).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from collapipe_core.network import FloatArray
+from collapipe_core.scheduler.clusters import others_max
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs
+from collapipe_core.scheduler.segment_costs import LinkRows, bandwidth_price, current_links
+from collapipe_core.scheduler.segments import SegmentCosts, best_segments, segment_cost
+
+MICRO_GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+THRESHOLDS = 32  # most thresholds of each kind (X̄, Γ̄) the DP examines per row, nearest the current ones
+MOVES_PER_MODEL = 4  # best-ranked moves per cluster and link model
+
+Solution = tuple[IntArray, IntArray, FloatArray, FloatArray]  # δ (N, K), M (N,), β, p (N, K)
+
+
+@dataclass(frozen=True, eq=False)
+class RowSet:
+    """Rows of the segment step: the models' weights on each cluster's pipeline and gather times (N,),
+    whether the gather term's floor is the other clusters' largest gather time, and whether the rows run
+    at every candidate M (else at each cluster's own M)."""
+
+    pipeline_weight: FloatArray
+    gather_weight: FloatArray
+    gather_floor: bool = True
+    every_micro: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class Candidates:
+    """Candidates (owner (Q,), δ (Q, K), M (Q,)) and their DP costs (Q,) (+ the convergence term)."""
+
+    owner: IntArray
+    delta: IntArray
+    micro: IntArray
+    value: FloatArray
+
+    @staticmethod
+    def concatenate(parts: list[Candidates]) -> Candidates:
+        fields = dataclasses.fields(Candidates)
+        return Candidates(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields))
+
+    def distinct(self) -> Candidates:
+        """Each (owner, M, δ) once, in order of first appearance."""
+        keys = np.concatenate([self.owner[:, None], self.micro[:, None], self.delta], axis=1)
+        first = np.sort(np.unique(keys, axis=0, return_index=True)[1])
+        return Candidates(self.owner[first], self.delta[first], self.micro[first], self.value[first])
+
+
+def micro_candidates(pr: RoundProblem, micro: IntArray, clusters: IntArray) -> tuple[IntArray, IntArray]:
+    """Candidate M of the given clusters as rows (cluster (R,), M (R,)), each once."""
+    limit = pr.microbatch_limit
+    grid = {m for m in MICRO_GRID if m <= limit} | {limit}
+    pairs = sorted(
+        (int(c), m)
+        for c in clusters
+        for m in grid | {int(micro[c]) + i for i in (-1, 0, 1)}
+        if 1 <= m <= limit
+    )
+    rows = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    return rows[:, 0], rows[:, 1]
+
+
+def segment_step(
+    pr: RoundProblem,
+    solution: Solution,
+    incumbent: IntArray,
+    row_sets: list[RowSet],
+    active: np.ndarray,
+    models: tuple[str, ...] = ("current", "price"),
+) -> tuple[Candidates, list[tuple[SegmentCosts, IntArray]]]:
+    """The segment step of the active clusters; also, per model, its segment data and each cluster's row
+    at its current M under the first row set (N,) (for ranking moves). ``incumbent`` (N, K) seeds the DP."""
+    delta, micro, beta, power = solution
+    n, _k = pr.shape
+    mine = np.flatnonzero(active)
+    every = micro_candidates(pr, micro, mine)
+    groups = [every if s.every_micro else (mine, micro[mine]) for s in row_sets]
+    cluster = np.concatenate([c for c, _ in groups])
+    m_rows = np.concatenate([m for _, m in groups])
+    weights = (
+        np.concatenate([s.pipeline_weight[c] for s, (c, _) in zip(row_sets, groups, strict=True)]),
+        np.concatenate([s.gather_weight[c] for s, (c, _) in zip(row_sets, groups, strict=True)]),
+    )
+    floor = np.zeros(cluster.size)
+    if n > 1:
+        gather = costs(pr, delta, micro, pr.time_per_bit(beta, power), power).gather_s
+        use = np.concatenate(
+            [np.full(c.size, s.gather_floor) for s, (c, _) in zip(row_sets, groups, strict=True)]
+        )
+        floor = np.where(use, others_max(gather)[cluster], 0.0)
+    rows = pr.rows(cluster)
+    model = {"current": current_links, "price": bandwidth_price}
+    link_rows = LinkRows.of(rows, delta[cluster], m_rows, beta[cluster], power[cluster], weights, floor)
+    parts = [model[name](link_rows) for name in models]
+    seed = np.concatenate([incumbent[cluster]] * len(models))
+    found, cost = best_segments(SegmentCosts.concatenate(parts), pr.num_blocks, seed, THRESHOLDS)
+    others = micro.sum() - micro
+    convergence = pr.V * pr.lambda_ * pr.gradient_variance / (pr.microbatch_size * (m_rows + others[cluster]))
+    value = cost + np.tile(convergence, len(models))
+    fits = np.isfinite(value)
+    out = Candidates(
+        np.tile(cluster, len(models))[fits], found[fits], np.tile(m_rows, len(models))[fits], value[fits]
+    )
+    at_current = np.zeros(n, dtype=np.int64)
+    current = np.flatnonzero(every[1] == micro[every[0]])
+    at_current[every[0][current]] = current
+    model_rows = [(sc, at_current) for sc in parts]
+    return out, model_rows
+
+
+def alternatives(pr: RoundProblem, solution: Solution, active: np.ndarray) -> Candidates:
+    """The DP at each active cluster's M under current links with one scheduled device left out, and with
+    every available device on an equal share 1/m of the band at p_max (m = 1, 2, K)."""
+    delta, micro, beta, power = solution
+    _n, k = pr.shape
+    c_out, k_out = np.nonzero((delta > 0) & active[:, None])
+    ones = np.ones(c_out.size)
+    rows = pr.rows(c_out)
+    left_out = current_links(
+        LinkRows.of(rows, delta[c_out], micro[c_out], beta[c_out], power[c_out], (ones, ones), 0 * ones)
+    )
+    caps = left_out.caps.copy()
+    caps[np.arange(c_out.size), k_out] = 0
+    counts = np.array(sorted({m for m in (1, 2, k) if m <= k}), dtype=np.float64)
+    c_eq = np.repeat(np.flatnonzero(active), counts.size)
+    ones = np.ones(c_eq.size)
+    rows = pr.rows(c_eq)
+    shares = np.where(rows.available, 1.0 / np.tile(counts, int(active.sum()))[:, None], 0.0)
+    full_power = np.where(shares > 0, rows.max_power_w, 0.0)
+    everyone = rows.available.astype(np.int64)
+    spread = current_links(
+        LinkRows.of(rows, everyone, micro[c_eq], shares, full_power, (ones, ones), 0 * ones)
+    )
+    cluster = np.concatenate([c_out, c_eq])
+    data = SegmentCosts.concatenate([dataclasses.replace(left_out, caps=caps), spread])
+    found, cost = best_segments(data, pr.num_blocks, delta[cluster], THRESHOLDS)
+    fits = np.isfinite(cost)
+    return Candidates(cluster[fits], found[fits], micro[cluster][fits], cost[fits])
+
+
+def moves(pr: RoundProblem, delta: IntArray, active: np.ndarray) -> tuple[IntArray, IntArray]:
+    """(owner (Q,), its new δ (Q, K)) of every move of t TEBs from device i to an available device j of an
+    active cluster, t ∈ {1, ⌈δ_i/2⌉, δ_i − 1, δ_i}."""
+    k = pr.shape[1]
+    has = delta[:, :, None]  # (N, K, 1)
+    t = np.concatenate([np.ones_like(has), (has + 1) // 2, has - 1, has], axis=2)  # (N, K, 4)
+    first = np.ones(t.shape, dtype=bool)
+    for col in range(1, 4):  # each distinct t once
+        first[:, :, col] = np.all(t[:, :, col : col + 1] != t[:, :, :col], axis=2)
+    ok = (t >= 1) & (t <= has) & first & active[:, None, None]
+    target = pr.available[:, None, :] & ~np.eye(k, dtype=bool)  # (N, K_from, K_to)
+    c, i, j, which = np.nonzero(ok[:, :, None, :] & target[:, :, :, None])
+    moved = delta[c].copy()
+    step = t[c, i, which]
+    moved[np.arange(c.size), i] -= step
+    moved[np.arange(c.size), j] += step
+    return c, moved
+
+
+def best_moves(
+    pr: RoundProblem, solution: Solution, active: np.ndarray, model_rows: list[tuple[SegmentCosts, IntArray]]
+) -> Candidates:
+    """The moves of the active clusters' segments, the best MOVES_PER_MODEL of each cluster under each link
+    model (its cost at the cluster's M), at the cluster's M."""
+    delta, micro = solution[0], solution[1]
+    owner, moved = moves(pr, delta, active)
+    parts = []
+    for data, row in model_rows:
+        sub = data.take(row[owner])
+        value = np.where(np.all(moved <= sub.caps, axis=1), segment_cost(sub, moved), np.inf)
+        order = np.lexsort((value, owner))  # by cluster, then by cost
+        rank = np.arange(order.size) - np.searchsorted(owner[order], owner[order])
+        top = order[(rank < MOVES_PER_MODEL) & np.isfinite(value[order])]
+        parts.append(Candidates(owner[top], moved[top], micro[owner[top]], value[top]))
+    return Candidates.concatenate(parts)
+
+
+def candidates(
+    pr: RoundProblem,
+    solution: Solution,
+    weights: tuple[FloatArray, FloatArray],
+    wide: bool,
+    active: np.ndarray,
+) -> Candidates:
+    """The active clusters' candidates, each once. Row sets: weights (1, 1) at every candidate M, and the
+    clusters' own weights (the link step's choice) at their M; in the wide neighbourhood (several
+    clusters) also without the gather floor and with weights (0.3, 1) and (0, 1) at their M, and the
+    alternatives."""
+    n = pr.shape[0]
+    ones = np.ones(n)
+    row_sets = [RowSet(ones, ones)]
+    if np.any(weights[0] != 1) or np.any(weights[1] != 1):
+        row_sets.append(RowSet(*weights, every_micro=False))
+    if wide and n > 1:
+        row_sets += [RowSet(ones, ones, gather_floor=False, every_micro=False)]
+        row_sets += [RowSet(w * ones, v * ones, every_micro=False) for w, v in ((0.3, 1.0), (0.0, 1.0))]
+    proposed, model_rows = segment_step(pr, solution, solution[0], row_sets, active)
+    parts = [proposed, best_moves(pr, solution, active, model_rows)]
+    if wide:
+        parts.append(alternatives(pr, solution, active))
+    return Candidates.concatenate(parts).distinct()

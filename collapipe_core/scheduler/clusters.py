@@ -1,0 +1,318 @@
+"""How the clusters are coupled: the links of every cluster for a menu of weights, and the choice of one
+option per cluster that minimises the round's objective.
+
+Clusters share only the round latency's two maxima, max_n I·T^pipe_n and max_n A_n, and the convergence
+term λ·σ²/(b·Σ_n M_n). A cluster that is not the bottleneck of a maximum gains nothing from being faster
+there and should spend less energy instead: with Lagrange weights w_n, v_n ∈ [0, 1] on its pipeline and
+gather times its links minimise w_n·V·I·T^pipe_n + v_n·V·A_n + Σ_k Q_k·E_k (the link step, rows of single
+clusters); at the joint optimum the weights of the clusters at each maximum sum to one and the others'
+are zero. Each cluster's links are solved for every pair (w, v) of a menu, then :func:`select` chooses
+one option per cluster to minimise J (:func:`~collapipe_core.scheduler.problem.round_objective`): over
+every combination when there are few (W^N ≤ 20,000); else, for up to four clusters, exactly by
+enumerating the levels (Π̄, Ā) of the two maxima among the options' values (under a level pair each
+cluster takes its cheapest option within both); beyond, by simultaneous best responses (each cluster
+given the others' maxima, four sweeps, the best assignment kept).
+
+:class:`LinkCache` solves each distinct single-cluster link problem of a round once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from collapipe_core.network import FloatArray
+from collapipe_core.scheduler.links import allocate
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet, round_objective
+
+WEIGHTS = (1.0, 0.5, 0.25, 0.1, 0.03, 0.0)
+PRODUCT_LIMIT = 20_000
+LEVELS_LIMIT = 4_000_000  # (levels² · options) elements of the exact level search
+SWEEPS = 4
+
+
+class LinkCache:
+    """The links (β, p) of single clusters solved in one round, by (cluster, δ_n, M_n, w_n, v_n, rounds)."""
+
+    def __init__(self, pr: RoundProblem) -> None:
+        self.problem = pr
+        self._index: dict[bytes, int] = {}
+        self._beta: list[FloatArray] = []
+        self._power: list[FloatArray] = []
+        self.requested = 0  # rows asked for
+        self.solved = 0  # rows solved
+
+    def links(
+        self,
+        cluster: IntArray,
+        delta: IntArray,
+        micro: IntArray,
+        pipeline_weight: FloatArray,
+        gather_weight: FloatArray,
+        rounds: int,
+    ) -> tuple[FloatArray, FloatArray]:
+        """β, p (R, K) for rows: cluster (R,), δ (R, K), M, w, v (R,)."""
+        rows = cluster.shape[0]
+        key_rows = np.empty((rows, 5 + delta.shape[1]))
+        key_rows[:, 0], key_rows[:, 1], key_rows[:, 2] = cluster, micro, pipeline_weight
+        key_rows[:, 3], key_rows[:, 4], key_rows[:, 5:] = gather_weight, rounds, delta
+        keys = [row.tobytes() for row in key_rows]
+        missing: dict[bytes, int] = {}
+        for i, key in enumerate(keys):
+            if key not in self._index and key not in missing:
+                missing[key] = i
+        if missing:
+            new = np.fromiter(missing.values(), dtype=np.int64, count=len(missing))
+            beta, power = allocate(
+                self.problem,
+                cluster[new],
+                delta[new],
+                micro[new],
+                pipeline_weight[new],
+                gather_weight[new],
+                rounds,
+            )
+            start = sum(b.shape[0] for b in self._beta)
+            for offset, key in enumerate(missing):
+                self._index[key] = start + offset
+            self._beta.append(beta)
+            self._power.append(power)
+            self.solved += new.size
+            if len(self._beta) > 1:
+                self._beta, self._power = [np.concatenate(self._beta)], [np.concatenate(self._power)]
+        self.requested += rows
+        at = np.fromiter((self._index[key] for key in keys), dtype=np.int64, count=rows)
+        return self._beta[0][at], self._power[0][at]
+
+
+@dataclass(frozen=True, eq=False)
+class Options:
+    """Each cluster's links under each weight pair of a menu, and what they cost."""
+
+    beta: FloatArray  # (..., W, N, K)
+    power: FloatArray  # (..., W, N, K)
+    pipe: FloatArray  # (..., W, N) I·T^pipe_n
+    gather: FloatArray  # (..., W, N)
+    energy: FloatArray  # (..., W, N) Σ_k Q_k·E_k
+
+
+@quiet
+def options(
+    cache: LinkCache, delta: IntArray, micro: IntArray, weights: tuple[float, ...], rounds: int
+) -> Options:
+    """Links of every cluster of δ (S, N, K), M (S, N) for each pair (w, v) ∈ weights²."""
+    pr = cache.problem
+    w = np.array(weights)
+    pipe_w, gather_w = np.repeat(w, w.size), np.tile(w, w.size)  # the menu, (W,)
+    s_count, n, k = delta.shape
+    shape = (s_count, pipe_w.size, n)
+    d = np.broadcast_to(delta[:, None], (*shape, k))
+    m = np.broadcast_to(micro[:, None], shape)
+    beta, power = cache.links(
+        np.broadcast_to(np.arange(n), shape).reshape(-1),
+        d.reshape(-1, k),
+        m.reshape(-1),
+        np.broadcast_to(pipe_w[:, None], shape).reshape(-1),
+        np.broadcast_to(gather_w[:, None], shape).reshape(-1),
+        rounds,
+    )
+    beta, power = beta.reshape(d.shape), power.reshape(d.shape)
+    c = costs(pr, d, m, pr.time_per_bit(beta, power), power)
+    energy = np.sum(pr.queues * c.energy_j, axis=-1)
+    return Options(beta, power, pr.iterations * c.pipeline_s, c.gather_s, energy)
+
+
+def coupled_links(
+    cache: LinkCache, delta: IntArray, micro: IntArray, rounds: int, weights: tuple[float, ...] = WEIGHTS
+) -> tuple[FloatArray, FloatArray]:
+    """β, p (S, N, K) for δ (S, N, K), M (S, N): each cluster's option of the menu chosen by :func:`select`
+    (with one cluster, or a one-weight menu, the weights (1, 1))."""
+    beta, power, _, _ = weighted_links(cache, delta, micro, rounds, weights)
+    return beta, power
+
+
+def weighted_links(
+    cache: LinkCache, delta: IntArray, micro: IntArray, rounds: int, weights: tuple[float, ...] = WEIGHTS
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """As :func:`coupled_links`, also the chosen weights w, v (S, N) of each cluster."""
+    s_count, n, k = delta.shape
+    if n == 1 or len(weights) == 1:
+        ones = np.ones(s_count * n)
+        cluster = np.broadcast_to(np.arange(n), (s_count, n)).reshape(-1)
+        beta, power = cache.links(cluster, delta.reshape(-1, k), micro.reshape(-1), ones, ones, rounds)
+        return (
+            beta.reshape(delta.shape),
+            power.reshape(delta.shape),
+            np.ones((s_count, n)),
+            np.ones((s_count, n)),
+        )
+    opt = options(cache, delta, micro, weights, rounds)
+    pick = select(cache.problem, opt.pipe, opt.gather, opt.energy)  # (S, N)
+    index = pick[:, None, :, None]
+    w = np.array(weights)
+    return (
+        np.take_along_axis(opt.beta, index, axis=1)[:, 0],
+        np.take_along_axis(opt.power, index, axis=1)[:, 0],
+        w[pick // w.size],
+        w[pick % w.size],
+    )
+
+
+@quiet
+def select(
+    pr: RoundProblem,
+    pipe: FloatArray,
+    gather: FloatArray,
+    energy: FloatArray,
+    micro: FloatArray | None = None,
+) -> IntArray:
+    """One option (S, N) per cluster minimising J (:func:`round_objective`); per option (S, W, N) its
+    I·T^pipe_n, gather time, Σ_k Q_k·E_k and M_n (missing options: pipe = ∞; ``micro`` None: the same M
+    for every option, the convergence term left out)."""
+    m = np.ones(pipe.shape) if micro is None else micro
+    index, (pipe, gather, energy, m) = _undominated(pipe, gather, energy, m)
+    pick = _select(pr, pipe, gather, energy, m)
+    return np.take_along_axis(index, pick[:, None, :], axis=1)[:, 0]
+
+
+def _undominated(
+    pipe: FloatArray, gather: FloatArray, energy: FloatArray, micro: FloatArray
+) -> tuple[IntArray, list[FloatArray]]:
+    """The options (S, W', N) no other option of the same cluster dominates (no worse in I·T^pipe, gather
+    time, energy and −M, better in one; of equal ones the first), moved to the front, with their original
+    indices; the slots left over are missing (pipe ∞). A dominated option is never needed: the one that
+    dominates it gives a J no higher."""
+    f = np.stack([pipe, gather, energy, -micro], axis=-1)  # (S, W, N, 4)
+    no_worse = np.all(f[:, :, None] <= f[:, None, :], axis=-1)  # (S, W, W, N): option i no worse than j
+    better = np.any(f[:, :, None] < f[:, None, :], axis=-1)
+    w = pipe.shape[1]
+    earlier_equal = np.tril(np.ones((w, w), dtype=bool), -1)[None, :, :, None] & no_worse & ~better
+    beaten = np.any((no_worse & better) | earlier_equal.transpose(0, 2, 1, 3), axis=1) | ~np.isfinite(pipe)
+    order = np.argsort(beaten, axis=1, kind="stable")  # kept options first
+    width = max(int(np.max(np.sum(~beaten, axis=1))), 1)
+    index = order[:, :width]
+    kept = np.take_along_axis(~beaten, index, axis=1)
+    out = [np.take_along_axis(x, index, axis=1) for x in (pipe, gather, energy, micro)]
+    out[0] = np.where(kept, out[0], np.inf)
+    return index, out
+
+
+def _select(
+    pr: RoundProblem, pipe: FloatArray, gather: FloatArray, energy: FloatArray, m: FloatArray
+) -> IntArray:
+    _s_count, w, n = pipe.shape
+    if w**n <= PRODUCT_LIMIT:
+        combos = np.stack(np.unravel_index(np.arange(w**n), (w,) * n), axis=1)  # (W^N, N)
+        columns = np.arange(n)
+        value = round_objective(
+            pr,
+            pipe[:, combos, columns],
+            gather[:, combos, columns],
+            energy[:, combos, columns],
+            m[:, combos, columns],
+        )
+        return np.asarray(combos[np.argmin(value, axis=1)], dtype=np.int64)
+    levels_p, levels_g = pipe.reshape(pipe.shape[0], -1), gather.reshape(gather.shape[0], -1)
+    if (w * n) ** 2 * w * n <= LEVELS_LIMIT:
+        return _levels(pr, pipe, gather, energy, m, levels_p, levels_g)
+    # many clusters: the levels nearest the lowest feasible ones, and best responses; the better
+    window = max(int(np.sqrt(LEVELS_LIMIT / (w * n))), 2)
+    near = [_lowest_levels(x, window) for x in (pipe, gather)]
+    picks = [_levels(pr, pipe, gather, energy, m, *near), _best_responses(pr, pipe, gather, energy, m)]
+    rows, columns = np.arange(pipe.shape[0])[:, None], np.arange(n)[None, :]
+    values = [round_objective(pr, *(x[rows, p, columns] for x in (pipe, gather, energy, m))) for p in picks]
+    return np.where((values[0] <= values[1])[:, None], picks[0], picks[1])
+
+
+def _lowest_levels(x: FloatArray, count: int) -> FloatArray:
+    """The ``count`` smallest distinct values (S, count) of the options (S, W, N) at or above the lowest
+    feasible level max_n min_w x (below it some cluster has no option); ∞-padded."""
+    lowest = np.max(np.min(x, axis=1), axis=1, keepdims=True)
+    flat = np.sort(
+        np.where(x.reshape(x.shape[0], -1) >= lowest * (1 - 1e-12), x.reshape(x.shape[0], -1), np.inf), axis=1
+    )
+    repeat = np.concatenate([np.zeros((flat.shape[0], 1), dtype=bool), flat[:, 1:] == flat[:, :-1]], axis=1)
+    return np.sort(np.where(repeat, np.inf, flat), axis=1)[:, :count]
+
+
+def _levels(
+    pr: RoundProblem,
+    pipe: FloatArray,
+    gather: FloatArray,
+    energy: FloatArray,
+    micro: FloatArray,
+    levels_p: FloatArray,
+    levels_g: FloatArray,
+) -> IntArray:
+    """Exact for the maxima over the given levels (S, P), (S, G): for each pair of levels (Π̄, Ā) each
+    cluster takes, among its options within both, the least E_n − ν·M_n, for a few prices ν of a
+    micro-batch around the convergence term's marginal value; the selection of least J is returned."""
+    s_count, _w, n = pipe.shape
+    ok = (pipe[:, None, None] <= levels_p[:, :, None, None, None] * (1 + 1e-12)) & (
+        gather[:, None, None] <= levels_g[:, None, :, None, None] * (1 + 1e-12)
+    )  # (S, P, G, W, N)
+    gain = pr.V * pr.lambda_ * pr.gradient_variance / pr.microbatch_size
+    total = np.sum(micro[:, 0], axis=1)  # the first option's M: the current ones
+    best_pick, best_value = np.zeros((s_count, n), dtype=np.int64), np.full(s_count, np.inf)
+    same_micro = bool(np.all(micro == micro[:, :1]))
+    for scale in (0.0,) if same_micro else (0.0, 0.5, 1.0, 2.0):
+        nu = scale * gain / (total * (total + 1.0))
+        cost = np.where(ok, (energy - nu[:, None, None] * micro)[:, None, None], np.inf)
+        choice = np.argmin(cost, axis=3)  # (S, P, G, N)
+        picked = [
+            np.take_along_axis(x[:, None, None], choice[:, :, :, None], axis=3)[:, :, :, 0]
+            for x in (pipe, gather, energy, micro)
+        ]
+        value = round_objective(pr, *picked).reshape(s_count, -1)  # (S, P·G)
+        at = np.argmin(value, axis=1)
+        better = value[np.arange(s_count), at] < best_value
+        flat = choice.reshape(s_count, -1, n)[np.arange(s_count), at]
+        best_pick = np.where(better[:, None], flat, best_pick)
+        best_value = np.where(better, value[np.arange(s_count), at], best_value)
+    return best_pick
+
+
+def _best_responses(
+    pr: RoundProblem, pipe: FloatArray, gather: FloatArray, energy: FloatArray, micro: FloatArray
+) -> IntArray:
+    """Simultaneous best responses from option 0: each cluster its best option given the others' maxima and
+    micro-batches, SWEEPS times; the best selection seen."""
+    s_count, _, n = pipe.shape
+    rows, columns = np.arange(s_count)[:, None], np.arange(n)[None, :]
+    pick = np.zeros((s_count, n), dtype=np.int64)
+
+    def value(pick: IntArray) -> FloatArray:
+        return round_objective(pr, *(x[rows, pick, columns] for x in (pipe, gather, energy, micro)))
+
+    best_pick, best = pick, value(pick)
+    for _ in range(SWEEPS):
+        now = [x[rows, pick, columns] for x in (pipe, gather, energy, micro)]
+        others_m = now[3].sum(axis=1, keepdims=True) - now[3]
+        cost = (
+            pr.V
+            * (
+                np.maximum(pipe, others_max(now[0])[:, None])
+                + np.maximum(gather, others_max(now[1])[:, None])
+            )
+            + pr.V * pr.lambda_ * pr.gradient_variance / (pr.microbatch_size * (micro + others_m[:, None]))
+            + energy
+        )
+        pick = np.argmin(cost, axis=1)
+        new = value(pick)
+        better = new < best
+        best = np.where(better, new, best)
+        best_pick = np.where(better[:, None], pick, best_pick)
+    return best_pick
+
+
+def others_max(x: FloatArray) -> FloatArray:
+    """For each cluster the largest value of the other clusters (..., N); −∞ with one cluster."""
+    if x.shape[-1] == 1:
+        return np.full(x.shape, -np.inf)
+    top = np.argmax(x, axis=-1)[..., None]
+    first = np.take_along_axis(x, top, axis=-1)
+    is_top = np.arange(x.shape[-1]) == top
+    second = np.max(np.where(is_top, -np.inf, x), axis=-1, keepdims=True)
+    out: FloatArray = np.where(is_top, second, first)
+    return out

@@ -1,0 +1,475 @@
+"""DSSDA's link step: bandwidth shares β and powers p of one cluster for fixed segments and micro-batches.
+
+Rows are independent single-cluster problems (``cluster`` (R,) says whose devices), arrays (R, K). Write
+each scheduled link's rate as r_k = β_k·W·ℓ(x_k), ℓ(x) = log2(1 + x), x_k = p_k·h_k/(β_k·W·N0) its SNR,
+and u_k = 1/r_k. With weights w, v on the cluster's pipeline and gather times (1 for a lone cluster; the
+cluster step chooses them when clusters are coupled through the maxima), the link-dependent cost is
+
+    Lat(u) = a·Σ_k u_k + c1·[max(c^F, P·z1) + max(c^B, P·z1)] + c2·max(Γ_f, B·z2),
+    z1 = max_k u_k,  z2 = max_k δ_k·u_k,  a = 2·w·V·I·P,  c1 = w·V·I·(M − 1),  c2 = v·V,
+    c^F = max(c_F, max_k δ_k·a_k),  c^B = max(c_B, 2·max_k δ_k·a_k)
+
+plus the transmit energy Σ_k A_k·x_k/ℓ(x_k), A_k = Q_k·bits_k·N0/h_k, bits_k = 2·I·M·P + δ_k·B, which at a
+fixed SNR does not depend on β. Two blocks alternate:
+
+**Bandwidth (rate model r_k = c_k + d_k·β_k) — common latency targets.** c = 0, d = W·ℓ(x) for a link at
+a fixed SNR (exact); the tangent of the concave rate β·W·ℓ(π_k/β) for a link held at full power. Lat is
+convex in β. With targets z1, z2 and price μ = s² on Σ_k β_k ≤ 1 the KKT conditions give every device
+u_k = min(F_k, s·min(κ1, κ2/δ_k, √(ζ_k/a))), ζ_k = 1/d_k: bound by the common link target, the common
+gather target, or interior (water-filling). A free target with slope σ of its term has
+κ² = Σ_B (ζ_k/m_k)/(σ + a·Σ_B m_k) over the devices B binding it (the longest self-consistent prefix by
+ζ_k/m_k²; m_k = 1 for the link target, 1/δ_k for the gather target, min(1, δ*/δ_k) when the two are tied
+at z2 = δ*·z1); a target at a kink of its term (P·z1 = c^F or c^B, B·z2 = Γ_f) is a fixed bound F_k.
+The budget Σ_k (1/u_k − c_k)·ζ_k = 1 fixes s in closed form (piecewise linear in 1/s). Every structure —
+which devices bind which target (a threshold on δ, or a tie), each target's slope or kink — is a
+candidate; the cheapest is the exact minimiser. Cost-tied candidates give a range [μ_lo, μ_hi] of prices.
+
+**Power (fixed β) — first-order condition.** With Ω_k = μ/(d_k·u_k²) the marginal latency cost of link k,
+the link minimises (Ω_k/(β_k·W) + A_k·x)/ℓ(x), quasi-convex in x:
+
+    (1 + x)·ln(1 + x) − x = Ω_k/(β_k·W·A_k)
+
+solved by Newton's method in ln(1 + x) from an upper bound, then clipped to x ≤ π_k/β_k, π_k =
+p_max·h_k/(W·N0) (A_k = 0 gives full power). A degenerate bandwidth step leaves μ an interval: the power
+step is tried at three prices across it (then zooming on the best), each followed by a bandwidth step.
+
+Every iterate is scored exactly (Lat + transmit energy) and the best is kept. Without energy weights
+every link sits at full power, so a round depends only on its starting β: a row whose β comes back
+unchanged stops. Against the exact (log-barrier) allocation of ``optimal`` the gap is ~0.01 % on average.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from collapipe_core.network import BoolArray, FloatArray
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet, take_last
+
+PRICES = 3
+NEWTON_STEPS = 40
+_LINK_SLOPES = np.array([0.0, 1.0, 2.0])  # σ1 / (c1·P): below, between and above the stage kinks
+_GATHER_SLOPES = np.array([0.0, 1.0])  # σ2 / (c2·B): below and above the gather floor
+_TIED = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [2.0, 0.0], [2.0, 1.0]])  # (σ1, σ2) pairs of a tie
+
+
+@dataclass(frozen=True, eq=False)
+class LinkTerms:
+    """Per row the coefficients of Lat(u), arrays (R,)."""
+
+    a: FloatArray  # weight of Σ_k u_k
+    c1: FloatArray  # weight of the stage maxima
+    c2: FloatArray  # weight of the gather maximum
+    stage_f: FloatArray  # c^F
+    stage_b: FloatArray  # c^B
+    gather_floor: FloatArray  # Γ_f, seconds
+
+
+def link_terms(
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: FloatArray,
+    pipeline_weight: FloatArray,
+    gather_weight: FloatArray,
+    gather_floor: FloatArray,
+) -> LinkTerms:
+    """The terms of rows δ (R, K) of problem ``pr`` (device arrays (R, K)), M, w, v, Γ_f (R,)."""
+    x = np.max(np.where(delta > 0, delta * pr.compute_s, 0.0), axis=-1)
+    return LinkTerms(
+        a=2.0 * pipeline_weight * pr.V * pr.iterations * pr.payload_bits,
+        c1=pipeline_weight * pr.V * pr.iterations * (micro - 1.0),
+        c2=gather_weight * pr.V,
+        stage_f=np.maximum(pr.chain_max_forward_s, x),
+        stage_b=np.maximum(pr.chain_max_backward_s, 2.0 * x),
+        gather_floor=np.asarray(gather_floor, dtype=np.float64),
+    )
+
+
+def allocate(
+    pr: RoundProblem,
+    cluster: IntArray,
+    delta: IntArray,
+    micro: IntArray,
+    pipeline_weight: FloatArray,
+    gather_weight: FloatArray,
+    rounds: int = 3,
+) -> tuple[FloatArray, FloatArray]:
+    """β, p (R, K) of rows of single clusters: cluster (R,), δ (R, K), M, w, v (R,); Γ_f = 0."""
+    rows = pr.rows(cluster)
+    m = np.asarray(micro, dtype=np.float64)
+    terms = link_terms(rows, delta, m, pipeline_weight, gather_weight, np.zeros(m.shape))
+    beta, power, _ = allocate_rows(rows, delta, m, terms, rounds)
+    return beta, power
+
+
+@quiet
+def allocate_rows(
+    pr: RoundProblem, delta: IntArray, micro: FloatArray, terms: LinkTerms, rounds: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """β, p (R, K) and the score of each row (device arrays of ``pr`` (R, K)), from equal shares at full
+    power, by ``rounds`` rounds of the power and bandwidth steps (module docstring)."""
+    on = delta > 0
+    weight = np.where(
+        on,
+        pr.queues
+        * (2.0 * pr.iterations * micro[:, None] * pr.payload_bits + delta * pr.block_bits)
+        * pr.noise_w_per_hz
+        / pr.gain,
+        0.0,
+    )
+    pi = np.where(on, pr.snr_scale, 0.0)
+    beta = np.where(on, 1.0 / np.maximum(on.sum(axis=-1, keepdims=True), 1), 0.0)
+    x = _snr_limit(pi, beta)
+    best = (score(pr, terms, delta, beta, x, weight), beta, x)
+    # the first bandwidth step; a link's SNR does not rise above its start (full power on the equal share)
+    start_x = x
+    beta, x, slope, bracket, _ = _trial(pr, terms, delta, pi, beta, x, weight)
+    x = np.minimum(start_x, x)
+    best = _better(best, score(pr, terms, delta, beta, x, weight), beta, x)
+    prices = PRICES if np.any(weight > 0) else 1  # at full power every price gives the same step
+    center, spread = np.zeros(bracket.shape[0]), np.ones(bracket.shape[0])
+    active = np.arange(delta.shape[0])  # rows still moving
+    for _ in range(rounds):
+        state = (beta[active], x[active], slope[active], bracket[active], center[active], spread[active])
+        sub = LinkTerms(*(getattr(terms, f)[active] for f in LinkTerms.__dataclass_fields__))
+        new, value = _round(pr, sub, delta[active], pi[active], weight[active], state, prices)
+        moved = np.any(new[0] != beta[active], axis=1)
+        beta[active], x[active], slope[active], bracket[active], center[active], spread[active] = new
+        scored = np.full(best[0].shape, np.inf)
+        scored[active] = value
+        best = _better(best, scored, beta, x)
+        if prices == 1:  # at full power a row whose β repeats would repeat this round
+            active = active[moved]
+            if active.size == 0:
+                break
+    value, beta, x = best
+    power = np.where(on, beta * pr.bandwidth_hz * pr.noise_w_per_hz * x / pr.gain, 0.0)
+    return beta, np.minimum(power, pr.max_power_w), value
+
+
+def _round(
+    pr: RoundProblem,
+    terms: LinkTerms,
+    delta: IntArray,
+    pi: FloatArray,
+    weight: FloatArray,
+    state: tuple[FloatArray, ...],
+    prices: int,
+) -> tuple[tuple[FloatArray, ...], FloatArray]:
+    """One round for rows in ``state`` = (β, x, the rate model's slope d, the price range, the last price,
+    the zoom): the power step at ``prices`` prices across the range, a bandwidth step after each, the
+    best pair kept. Returns the new state and its score."""
+    beta, x, slope, bracket, center, spread = state
+    rows, k = delta.shape
+    mu = _price_levels(bracket, center, spread, prices)  # (R, P)
+    on = delta > 0
+    rate = beta * pr.bandwidth_hz * np.log2(1.0 + x)
+    marginal = np.where(on, rate**2 / np.where(on, slope, 1.0), 0.0)  # Ω = μ·r²/d = μ/(d·u²)
+    omega = (mu[:, :, None] * marginal[:, None, :]).reshape(-1, k)  # (R·P, K)
+    wide_delta = np.repeat(delta, prices, axis=0)
+    wide_pi, wide_weight, wide_beta = (np.repeat(z, prices, axis=0) for z in (pi, weight, beta))
+    trial_x = power_step(pr.bandwidth_hz, wide_beta, omega, wide_weight, wide_pi)
+    wide = LinkTerms(*(np.repeat(getattr(terms, f), prices) for f in LinkTerms.__dataclass_fields__))
+    out = _trial(pr, wide, wide_delta, wide_pi, wide_beta, trial_x, wide_weight)
+    t_beta, t_x, t_slope, t_bracket, t_value = (z.reshape(rows, prices, *z.shape[1:]) for z in out)
+    pick = np.argmin(t_value, axis=1)
+    at = np.arange(rows)
+    zoom = np.where(pick % (PRICES - 1) == 0, spread, spread / 3.0)  # zoom unless the pick is an end
+    new = (t_beta[at, pick], t_x[at, pick], t_slope[at, pick], t_bracket[at, pick], mu[at, pick], zoom)
+    return new, t_value[at, pick]
+
+
+def _better(
+    best: tuple[FloatArray, FloatArray, FloatArray], value: FloatArray, beta: FloatArray, x: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The best (score, β, x) so far, row by row."""
+    better = value < best[0]
+    return (
+        np.where(better, value, best[0]),
+        np.where(better[:, None], beta, best[1]),
+        np.where(better[:, None], x, best[2]),
+    )
+
+
+def _snr_limit(pi: FloatArray, beta: FloatArray) -> FloatArray:
+    """The largest SNR full power allows on bandwidth share β: π_k/β_k (0 where β = 0)."""
+    return np.where(beta > 0, pi / np.maximum(beta, 1e-300), 0.0)
+
+
+def _trial(
+    pr: RoundProblem,
+    terms: LinkTerms,
+    delta: IntArray,
+    pi: FloatArray,
+    beta: FloatArray,
+    x: FloatArray,
+    weight: FloatArray,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The bandwidth step at the SNRs x reached on β, links at full power kept there:
+    (β', x', the rate model's slope d, the price range (R, 2), the score)."""
+    on = delta > 0
+    limit = _snr_limit(pi, beta)
+    at_max = on & (x >= limit * (1 - 1e-9))
+    ell = np.log2(1.0 + np.maximum(x, 1e-300))
+    tangent = pr.bandwidth_hz * (ell - x / ((1.0 + x) * np.log(2.0)))
+    slope = np.where(on, np.where(at_max, tangent, pr.bandwidth_hz * ell), 1.0)
+    intercept = np.where(at_max, beta * pr.bandwidth_hz * ell - tangent * beta, 0.0)
+    new_beta, bracket = bandwidth_step(terms, delta, intercept, slope, pr.payload_bits, pr.block_bits)
+    new_limit = _snr_limit(pi, new_beta)
+    new_x = np.minimum(np.where(at_max, new_limit, x), new_limit)
+    return new_beta, new_x, slope, bracket, score(pr, terms, delta, new_beta, new_x, weight)
+
+
+@quiet
+def score(
+    pr: RoundProblem, terms: LinkTerms, delta: IntArray, beta: FloatArray, x: FloatArray, weight: FloatArray
+) -> FloatArray:
+    """Lat(u) + Σ_k A_k·x_k/ℓ(x_k) per row (∞ where a scheduled link has no rate)."""
+    on = delta > 0
+    ell = np.log2(1.0 + np.maximum(x, 1e-300))
+    u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * ell), 0.0)
+    energy = np.sum(np.where(on, weight * x / ell, 0.0), axis=-1)
+    value = latency_cost(terms, delta.astype(np.float64), u, pr.payload_bits, pr.block_bits) + energy
+    out: FloatArray = np.where(np.isfinite(value), value, np.inf)
+    return out
+
+
+def latency_cost(
+    terms: LinkTerms, delta: FloatArray, u: FloatArray, p_bits: float, b_bits: float
+) -> FloatArray:
+    """Lat(u) for u (R, ..., K) (0 where δ = 0); ``terms`` broadcast against u's leading axes."""
+    z1 = np.max(u, axis=-1)
+    z2 = np.max(delta * u, axis=-1)
+    link = p_bits * z1
+    value: FloatArray = (
+        terms.a * np.sum(u, axis=-1)
+        + terms.c1 * (np.maximum(terms.stage_f, link) + np.maximum(terms.stage_b, link))
+        + terms.c2 * np.maximum(terms.gather_floor, b_bits * z2)
+    )
+    return value
+
+
+@quiet
+def power_step(
+    bandwidth_hz: float, beta: FloatArray, omega: FloatArray, weight: FloatArray, pi: FloatArray
+) -> FloatArray:
+    """SNR x per link from (1 + x)·ln(1 + x) − x = Ω/(β·W·A), clipped to π/β (full power where A = 0)."""
+    limit = _snr_limit(pi, beta)
+    solve = (pi > 0) & (weight > 0)
+    x = limit.copy()
+    y = omega[solve] / (np.maximum(beta[solve], 1e-300) * bandwidth_hz * weight[solve])
+    x[solve] = np.minimum(solve_foc(np.minimum(y, 1e300)), limit[solve])
+    return x
+
+
+def solve_foc(y: FloatArray) -> FloatArray:
+    """x ≥ 0 with (1 + x)·ln(1 + x) − x = y: Newton on w = ln(1 + x) from an upper bound (x ≤ √(3y) while
+    x ≤ 1, else ln(1 + x) ≤ max(2, ln(1 + y)) + 1); each element until its step is below 1e-12·w."""
+    y = np.maximum(y, 0.0)
+    small = np.sqrt(3.0 * y)
+    w = np.where(small <= 1.0, np.log1p(small), np.maximum(2.0, np.log1p(y)) + 1.0)
+    active = np.arange(y.size)
+    for _ in range(NEWTON_STEPS):
+        wa, ya = w[active], y[active]
+        ew = np.exp(wa)
+        step = (ew * (wa - 1.0) + 1.0 - ya) / np.maximum(wa * ew, 1e-300)
+        w[active] = np.maximum(wa - step, 0.0)
+        active = active[np.abs(step) > 1e-12 * np.maximum(w[active], 1e-300)]
+        if active.size == 0:
+            break
+    return np.expm1(w)
+
+
+@quiet
+def bandwidth_step(
+    terms: LinkTerms, delta: IntArray, intercept: FloatArray, slope: FloatArray, p_bits: float, b_bits: float
+) -> tuple[FloatArray, FloatArray]:
+    """Exact β (R, K) for the rate model r_k = c_k + d_k·β_k and the price range [μ_lo, μ_hi] (R, 2).
+
+    Only the scheduled devices take part (each row's are moved to the front), and a row without a link
+    (c1 = 0) or gather (c2 = 0) term has only the structures of the terms it has."""
+    rows_count, k = delta.shape
+    order = np.argsort(delta <= 0, axis=1, kind="stable")
+    width = max(int(np.max(np.sum(delta > 0, axis=1))), 1)
+    keep = order[:, :width]  # (R, K') the scheduled devices first
+    delta_c, intercept_c, slope_c = take_last(delta, keep), take_last(intercept, keep), take_last(slope, keep)
+    beta = np.zeros((rows_count, width))
+    bracket = np.zeros((rows_count, 2))
+    link, gather = terms.c1 > 0, terms.c2 > 0
+    for has_link, has_gather in ((True, True), (True, False), (False, True), (False, False)):
+        rows = np.flatnonzero((link == has_link) & (gather == has_gather))
+        if rows.size:
+            sub = LinkTerms(*(getattr(terms, f)[rows] for f in LinkTerms.__dataclass_fields__))
+            beta[rows], bracket[rows] = _bandwidth_rows(
+                sub, delta_c[rows], intercept_c[rows], slope_c[rows], p_bits, b_bits, has_link, has_gather
+            )
+    out = np.zeros((rows_count, k))
+    np.put_along_axis(out, keep, beta, axis=1)
+    return out, bracket
+
+
+def _bandwidth_rows(
+    terms: LinkTerms,
+    delta: IntArray,
+    intercept: FloatArray,
+    slope: FloatArray,
+    p_bits: float,
+    b_bits: float,
+    link: bool,
+    gather: bool,
+) -> tuple[FloatArray, FloatArray]:
+    on = delta > 0
+    d = np.where(on, delta, 1).astype(np.float64)
+    zeta = np.where(on, 1.0 / slope, 0.0)
+    zn = zeta / (1.0 + np.sum(np.where(on, intercept * zeta, 0.0), axis=-1, keepdims=True))
+    free, fixed = _structures(terms, on, d, zeta, p_bits, b_bits, link, gather)  # (R, C, K)
+    u, s = _normalise(zn[:, None, :], on[:, None, :], free, fixed)
+    uu = np.where(on[:, None, :], u, 0.0)
+    wide = LinkTerms(*(getattr(terms, f)[:, None] for f in LinkTerms.__dataclass_fields__))
+    cost = latency_cost(wide, d[:, None, :], uu, p_bits, b_bits)
+    cost = np.where(np.all(np.isfinite(uu), axis=-1) & ~np.isnan(cost), cost, np.inf)
+    best = np.argmin(cost, axis=1)
+    rows = np.arange(on.shape[0])
+    beta = np.where(on, np.maximum(zeta / u[rows, best] - intercept * zeta, 1e-9), 0.0)
+    beta = beta / np.maximum(beta.sum(axis=-1, keepdims=True), 1.0)
+    tied = (cost <= cost[rows, best][:, None] * (1 + 1e-9) + 1e-300) & np.isfinite(s)
+    mu = s * s
+    lo = np.min(np.where(tied, mu, np.inf), axis=1)
+    hi = np.max(np.where(tied, mu, -np.inf), axis=1)
+    lo = np.where(np.isfinite(lo), lo, 0.0)
+    return beta, np.stack([lo, np.where(np.isfinite(hi), hi, lo)], axis=1)
+
+
+def _structures(
+    terms: LinkTerms,
+    on: BoolArray,
+    d: FloatArray,
+    zeta: FloatArray,
+    p_bits: float,
+    b_bits: float,
+    link: bool = True,
+    gather: bool = True,
+) -> tuple[FloatArray, FloatArray]:
+    """Free factors c_k and fixed bounds F_k (R, C, K) of every KKT structure (∞: none).
+
+    Separate targets at a threshold t ∈ {0} ∪ {δ_k} (devices with δ ≤ t may bind the link target, the
+    others the gather target): both free, the link target at a kink with the gather target free, the
+    link target free with the gather target at its kink, both at kinks. Tied targets z2 = δ*·z1 for
+    δ* ∈ {δ_k}: free with slope σ1 + δ*·σ2, or at a kink. Every device is also capped by its interior
+    value √(ζ_k/a). Rows without a link term (``link`` False: c1 = 0) or a gather term have only the
+    structures of the other target (over all devices), and the interior."""
+    rows, k = on.shape
+    link_slope, gather_slope = terms.c1 * p_bits, terms.c2 * b_bits
+    a = terms.a + 1e-12 * (link_slope + gather_slope) + 1e-300
+    interior = np.where(on, np.sqrt(zeta / a[:, None]), np.inf)
+    inf = np.inf
+    kink1 = np.stack([terms.stage_f, terms.stage_b], axis=1) / p_bits  # (R, 2)
+    kink2 = (terms.gather_floor / b_bits)[:, None] / d  # Γ_f/(B·δ_k) (R, K)
+    if link and gather:
+        threshold = np.concatenate([np.zeros((rows, 1)), np.where(on, d, np.inf)], axis=1)  # (R, J)
+        below = on[:, None, :] & (d[:, None, :] <= threshold[:, :, None])  # (R, J, K)
+    else:
+        below = np.broadcast_to(on[:, None, :], (rows, 1, k))  # one group: every scheduled device
+    inv_d = (1.0 / d)[:, None, :]
+    families: list[tuple[FloatArray | float, FloatArray | float]] = [(inf, inf)]  # every device interior
+    if link:
+        k1 = _kappa(zeta, np.ones(below.shape), below, terms.a, link_slope[:, None, None] * _LINK_SLOPES)
+        families += [(k1[..., None], inf), (inf, kink1[:, :, None])]  # link target free, or at a kink
+    if gather:
+        group = on[:, None, :] & ~below if link else below
+        k2 = _kappa(
+            zeta,
+            np.broadcast_to(inv_d, group.shape),
+            group,
+            terms.a,
+            gather_slope[:, None, None] * _GATHER_SLOPES,
+        )
+        families += [(k2[..., None] * inv_d[:, :, None, :], inf), (inf, kink2[:, None, :])]
+    if link and gather:
+        k2_dev = k2[:, :, None, :, None] * (1.0 / d)[:, None, None, None, :]  # κ2/δ_k (R, J, 1, 2, K)
+        star = np.where(on, d, np.max(np.where(on, d, 1.0), axis=1, keepdims=True))  # δ* (R, T)
+        m = np.minimum(1.0, star[:, :, None] * inv_d)  # (R, T, K)
+        tied_slopes = (
+            link_slope[:, None, None] * _TIED[:, 0] + (star * gather_slope[:, None])[..., None] * _TIED[:, 1]
+        )
+        tied = _kappa(zeta, m, np.broadcast_to(on[:, None, :], m.shape), terms.a, tied_slopes)  # (R, T, 5)
+        tied_kinks = np.stack([np.repeat(kink1[:, :1], k, 1), np.repeat(kink1[:, 1:], k, 1),
+                               (terms.gather_floor / b_bits)[:, None] / star], axis=2)  # fmt: skip
+        families += [
+            (np.minimum(k1[:, :, :, None, None], k2_dev), inf),  # both free
+            (k2_dev[:, None, :, 0], kink1[:, :, None, None, None]),  # link target at a kink, gather free
+            (k1[..., None], kink2[:, None, None, :]),  # link target free, gather target at its kink
+            (inf, np.minimum(kink1[:, :, None], kink2[:, None, :])),  # both at kinks
+            (m[:, :, None, :] * tied[..., None], inf),  # tied, free
+            (inf, m[:, :, None, :] * tied_kinks[..., None]),  # tied, at a kink
+        ]
+    free, fixed = [], []
+    for f, g in families:
+        dims = max(np.ndim(f), np.ndim(g), 3)
+        shape = np.broadcast_shapes(np.shape(f), np.shape(g), (rows, *([1] * (dims - 2)), k))
+        free.append(np.broadcast_to(f, shape).reshape(rows, -1, k))
+        fixed.append(np.broadcast_to(g, shape).reshape(rows, -1, k))
+    return np.minimum(np.concatenate(free, axis=1), interior[:, None, :]), np.concatenate(fixed, axis=1)
+
+
+def _kappa(zeta: FloatArray, m: FloatArray, side: BoolArray, a: FloatArray, sigma: FloatArray) -> FloatArray:
+    """κ (R, G, S) with κ² = Σ_B (ζ_k/m_k)/(σ + a·Σ_B m_k) over the devices B of each group (``side``,
+    (R, G, K)) bound by a target of slope σ (R, G or 1, S): the devices sorted by ζ_k/m_k² (descending), B
+    the longest prefix whose last device i meets ζ_i/m_i²·(σ + a·Σ_{≤i} m) ≥ a·Σ_{≤i} ζ/m (water-filling).
+    ∞ where σ = 0 (no such target) or the group is empty."""
+    mm = np.where(side, m, 1.0)
+    key = np.where(side, zeta[:, None, :] / (mm * mm), 0.0)
+    order = np.argsort(-key, axis=-1, kind="stable")
+    key = take_last(key, order)[:, :, None, :]  # (R, G, 1, K)
+    mm = take_last(mm, order)[:, :, None, :]
+    valid = key > 0
+    sum_zm = np.cumsum(np.where(valid, key * mm, 0.0), axis=-1)  # Σ ζ/m over the prefix
+    sum_m = np.cumsum(np.where(valid, mm, 0.0), axis=-1)
+    a4 = a[:, None, None, None]
+    ok = valid & (key * (sigma[..., None] + a4 * sum_m) >= a4 * sum_zm * (1 - 1e-12))  # (R, G, S, K)
+    last = np.maximum(ok.sum(axis=-1, keepdims=True) - 1, 0)
+    num = take_last(sum_zm, last)[..., 0]
+    den = take_last(sum_m, last)[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kappa = np.sqrt(num / (sigma + a[:, None, None] * den))
+    return np.where(ok.any(axis=-1) & (sigma > 0), kappa, np.inf)
+
+
+def _normalise(
+    zn: FloatArray, on: BoolArray, free: FloatArray, fixed: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """u_k = min(F_k, s·c_k) with Σ_k ζ_k/u_k = 1 (ζ already divided by 1 + Σ c·ζ), and s (∞, u = ∞ where
+    no s meets the budget). With y = 1/s the bandwidth Σ_k max(ζ_k/F_k, y·ζ_k/c_k) is piecewise linear and
+    increasing; device k switches to its free bound at y = c_k/F_k."""
+    finite = on & np.isfinite(free)
+    base = np.where(on, zn / fixed, 0.0)
+    rate = np.where(finite, zn / np.where(finite, free, 1.0), 0.0)
+    switch = np.where(finite, free / fixed, np.inf)
+    order = np.argsort(switch, axis=-1)
+    switch = take_last(switch, order)
+    base_sorted = take_last(base, order)
+    lin = np.cumsum(take_last(rate, order), axis=-1)
+    rest = base.sum(axis=-1, keepdims=True) - np.cumsum(base_sorted, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = (1.0 - rest) / lin
+    following = np.concatenate([switch[..., 1:], np.full((*switch.shape[:-1], 1), np.inf)], axis=-1)
+    valid = (lin > 0) & np.isfinite(switch) & (y >= switch * (1 - 1e-12)) & (y <= following * (1 + 1e-12))
+    y_best = np.max(np.where(valid, y, -1.0), axis=-1)
+    feasible = y_best > 0
+    s = np.where(feasible, 1.0 / np.where(feasible, y_best, 1.0), np.inf)
+    u = np.where(on & feasible[..., None], np.minimum(fixed, s[..., None] * free), np.inf)
+    return u, s
+
+
+def _price_levels(bracket: FloatArray, center: FloatArray, spread: FloatArray, prices: int) -> FloatArray:
+    """``prices`` prices (R, P) in [μ_lo, μ_hi]: spread over it (log scale) at first, then zooming on the
+    last pick (``spread`` shrinks by 3 each time the pick was not an end)."""
+    lo, hi = bracket[:, 0], bracket[:, 1]
+    lo_safe = np.maximum(lo, 1e-300)
+    top = np.log(np.maximum(hi, lo_safe))
+    width = (top - np.log(lo_safe)) * np.minimum(spread, 1.0)
+    mid = np.where(center > 0, np.log(np.clip(center, lo_safe, np.exp(top))), np.log(lo_safe) + 0.5 * width)
+    frac = np.linspace(-0.5, 0.5, PRICES)[:prices]
+    levels = np.exp(np.clip(mid[:, None] + width[:, None] * frac, np.log(lo_safe)[:, None], top[:, None]))
+    return np.where(lo[:, None] > 0, levels, 0.0)
