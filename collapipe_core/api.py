@@ -5,6 +5,7 @@
     state = api.round_state(config, round_index=0)
     decision = api.decide("uniform", state)          # or "mypkg.mod:MyPolicy"
     report = api.evaluate(state, decision)           # objective, latency_s, energy_j{device: J}, ...
+    after = api.round_state(config, 1, previous=api.placement(state, decision))  # round 1 after it
 
 Decisions serialise with ``decision.to_json()`` / ``Decision.from_json(...)``.
 """
@@ -23,6 +24,7 @@ from collapipe_core.network import FloatArray
 from collapipe_core.scheduler import get_policy
 from collapipe_core.state import (
     Environment,
+    Placement,
     RoundState,
     build_environment,
     load_device_trace,
@@ -33,7 +35,17 @@ from collapipe_core.state import (
 from collapipe_core.validation import load_config
 from collapipe_core.workspace import Workspace
 
-__all__ = ["Decision", "decide", "environment", "evaluate", "load_config", "round_state", "schedule_rounds"]
+__all__ = [
+    "Decision",
+    "Placement",
+    "decide",
+    "environment",
+    "evaluate",
+    "load_config",
+    "placement",
+    "round_state",
+    "schedule_rounds",
+]
 
 
 def environment(config: ExperimentConfig) -> Environment:
@@ -48,11 +60,21 @@ def environment(config: ExperimentConfig) -> Environment:
 
 
 def round_state(
-    config: ExperimentConfig | Environment, round_index: int, queues: FloatArray | None = None
+    config: ExperimentConfig | Environment,
+    round_index: int,
+    queues: FloatArray | None = None,
+    previous: Placement | None = None,
 ) -> RoundState:
-    """What every policy observes in round ``round_index`` (channel, availability, queues Q_k)."""
+    """What every policy observes in round ``round_index`` (channel, availability, queues Q_k, and the
+    ``previous`` round's placement: None for a first round, in which no block changes device)."""
     env = config if isinstance(config, Environment) else environment(config)
-    return observe(env, round_index, queues)
+    return observe(env, round_index, queues, previous)
+
+
+def placement(state: RoundState, decision: Decision) -> Placement:
+    """The placement ``decision`` leaves after round ``state`` (segments, modeled rates, powers): the
+    next round's ``previous``."""
+    return Placement.of(decision, costmodel.evaluate(state, decision).rate_bps)
 
 
 def decide(policy_name: str, state: RoundState) -> Decision:
@@ -73,6 +95,9 @@ def _report(ev: costmodel.Evaluation, ids: list[str]) -> dict[str, Any]:
             "queue_energy": ev.objective_energy,
         },
         "latency_s": ev.latency_s,
+        "redistribution_s": ev.redistribution_s.tolist(),
+        "blocks_moved": int(ev.blocks_moved.sum()),
+        "moves_latency_s": ev.moves_latency_s,
         "energy_j": dict(zip(ids, ev.energy_j.ravel().tolist(), strict=True)),
         "memory_bytes": dict(zip(ids, ev.memory_bytes.ravel().tolist(), strict=True)),
         "feasible": ev.feasible,
@@ -80,11 +105,16 @@ def _report(ev: costmodel.Evaluation, ids: list[str]) -> dict[str, Any]:
     }
 
 
-def schedule_rounds(config: ExperimentConfig, rounds: int) -> list[dict[str, Any]]:
-    """Run the configured policy for ``rounds`` rounds on the modeled network (queues evolve), no training.
+def schedule_rounds(
+    config: ExperimentConfig, rounds: int, previous: Placement | None = None
+) -> list[dict[str, Any]]:
+    """Run the configured policy for ``rounds`` rounds on the modeled network, no training: the queues
+    evolve and each round starts from the placement the one before left (``previous`` for the first:
+    None, no block moves).
 
-    One dict per round: round, policy, objective, latency_s, energy_j, queues, memory_bytes (device id →
-    value), decision, solve_time_s, solver_iterations, objective_terms, feasible, violations.
+    One dict per round: round, policy, objective, latency_s, redistribution_s (per cluster),
+    blocks_moved, moves_latency_s, energy_j, queues, memory_bytes (device id → value), decision,
+    solve_time_s, solver_iterations, objective_terms, feasible, violations.
     """
     env = environment(config)
     policy = get_policy(config.scheduler.policy)
@@ -92,7 +122,7 @@ def schedule_rounds(config: ExperimentConfig, rounds: int) -> list[dict[str, Any
     ids = env.scenario.device_ids()
     rows = []
     for t in range(rounds):
-        state = observe(env, t, queues)
+        state = observe(env, t, queues, previous)
         started = time.perf_counter()
         decision = policy.decide(state)
         solve_time = time.perf_counter() - started
@@ -109,4 +139,5 @@ def schedule_rounds(config: ExperimentConfig, rounds: int) -> list[dict[str, Any
             }
         )
         queues = update_queues(queues, ev.energy_j, env.scenario.energy_budget_j)
+        previous = Placement.of(decision, ev.rate_bps)
     return rows

@@ -1,8 +1,10 @@
 """Per-round checkpoints: everything a run needs to continue at round k exactly as if never stopped.
 
 A checkpoint holds the next round index, the virtual queues, the executor's state (global weights
-and each cluster's optimizer state), torch's RNG state and a fingerprint of the config. It is written
-to a temporary file and renamed, so a crash mid-write leaves the previous checkpoint intact.
+and each cluster's optimizer state), torch's RNG state, the placement the last round left (segments,
+rates, powers: the next round charges the TEBs that change device) and a fingerprint of the config.
+It is written to a temporary file and renamed, so a crash mid-write leaves the previous checkpoint
+intact.
 """
 
 from __future__ import annotations

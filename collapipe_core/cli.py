@@ -176,7 +176,8 @@ def schedule(
     rounds: Annotated[int, typer.Option(help="rounds to schedule")] = 10,
     json_output: Annotated[bool, typer.Option("--json", help="one JSON object per round")] = False,
 ) -> None:
-    """Print each round's decision and its modeled latency, energy, memory and objective (no training)."""
+    """Print each round's decision and its modeled latency, energy, memory and objective (no training);
+    each round starts from the placement the one before left, so moved blocks are charged."""
     from collapipe_core.api import schedule_rounds
 
     config = _load(config_path, {"scheduler.policy": policy})
@@ -188,7 +189,7 @@ def schedule(
             else:
                 console.print(
                     f"round {row['round']:>4}  objective {row['objective']:.4f}  "
-                    f"latency {row['latency_s']:.4f} s  "
+                    f"latency {row['latency_s']:.4f} s  moved {row['blocks_moved']}  "
                     f"M {[c['num_microbatches'] for c in row['decision']['clusters']]}  "
                     f"blocks {[[d['num_blocks'] for d in c['devices']] for c in row['decision']['clusters']]}"
                 )

@@ -115,7 +115,9 @@ class NetworkConfig(_Section):
         default=2.0e8, description="rate of the edge server's link to the last device (gradients, bit/s)"
     )
     cu_uplink_rate_bps: PositiveFloat = Field(
-        default=1.0e8, description="rate at which a CU uploads its cluster's model for FedAvg (bit/s)"
+        default=1.0e8,
+        description="rate at which a CU uploads its cluster's model for FedAvg and receives the averaged "
+        "model back (bit/s)",
     )
     kappa: PositiveFloat = Field(
         default=1.0e-28, description="κ: effective switched capacitance (J·s²/cycle³)"

@@ -1,5 +1,9 @@
 """A scheduling decision for one round: per cluster M; per device δ (TEBs), β (bandwidth share), p (W).
 
+Segments are contiguous in device order: :func:`plan_segments` is the one map from a segment vector
+to the TEBs each device holds (the pipeline's split, the records and the cost model's block moves use
+it).
+
 Decisions serialise to and from plain JSON in the shape the CLI prints and the API stores::
 
     {"clusters": [{"cluster": 0, "num_microbatches": 4,
@@ -9,6 +13,7 @@ Decisions serialise to and from plain JSON in the shape the CLI prints and the A
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -17,6 +22,33 @@ import numpy as np
 import numpy.typing as npt
 
 from collapipe_core.network import device_id
+
+
+def plan_segments(num_blocks: Sequence[int]) -> tuple[range, ...]:
+    """Contiguous TEB index ranges per device, in device order (an empty range for a 0-block device).
+
+    >>> plan_segments([2, 0, 3])
+    (range(0, 2), range(2, 2), range(2, 5))
+    """
+    counts: list[int] = []
+    for k, n in enumerate(num_blocks):
+        try:
+            if isinstance(n, bool):
+                raise TypeError
+            count = operator.index(n)
+        except TypeError:
+            raise ValueError(
+                f"num_blocks[{k}] = {n!r} is not an integer; give the number of TEBs on each device"
+            ) from None
+        if count < 0:
+            raise ValueError(f"num_blocks[{k}] = {count} is negative; a device holds 0 or more TEBs")
+        counts.append(count)
+    ranges: list[range] = []
+    start = 0
+    for count in counts:
+        ranges.append(range(start, start + count))
+        start += count
+    return tuple(ranges)
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,17 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("latency_s", "s", "round", True, "round latency T = max_n I·T^pipe_n + T^agg"),
+    Metric("latency_s", "s", "round", True, "round latency T = max_n (R_n + I·T^pipe_n) + T^agg"),
     Metric("aggregation_s", "s", "round", True, "FedAvg gather and upload time T^agg"),
+    Metric(
+        "redistribution_s",
+        "s",
+        "round",
+        True,
+        "per cluster: R_n, the averaged model, moved optimizer state and segments sent before iterating",
+    ),
+    Metric("blocks_moved", "1", "round", True, "TEBs whose optimizer state changed device (all clusters)"),
+    Metric("moves_latency_share", "1", "round", True, "share of T the block moves cost: (T − T unmoved) / T"),
     Metric("objective", "1", "round", True, "drift-plus-penalty V·(T + λ·G) + Σ Q·E"),
     Metric("objective_latency", "1", "round", True, "V·T"),
     Metric("objective_convergence", "1", "round", True, "V·λ·G(M)"),
@@ -49,9 +58,15 @@ METRICS: tuple[Metric, ...] = (
     Metric("power_w", "W", "device", False, "p_k: transmit power"),
     Metric("rate_bps", "bit/s", "device", True, "r_k: link rate"),
     Metric("compute_s", "s", "device", True, "computing time in the round"),
-    Metric("comm_s", "s", "device", True, "transmitting time in the round (pipeline and upload)"),
+    Metric(
+        "comm_s",
+        "s",
+        "device",
+        True,
+        "transmitting time in the round (pipeline, upload, moved optimizer state)",
+    ),
     Metric("idle_s", "s", "device", True, "pipeline time neither computing nor transmitting"),
-    Metric("energy_j", "J", "device", True, "E_k = κ·f²·cycles + p·transmit time"),
+    Metric("energy_j", "J", "device", True, "E_k = κ·f²·cycles + p·transmit time (moved state at p_prev)"),
     Metric("queue", "1", "device", True, "virtual energy queue Q_k(t) before the round's update"),
     Metric("memory_bytes", "bytes", "device", True, "modeled peak memory"),
     Metric("memory_capacity_bytes", "bytes", "device", False, "the device's memory"),

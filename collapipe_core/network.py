@@ -25,6 +25,7 @@ import numpy.typing as npt
 from collapipe_core.config import ExperimentConfig
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 

@@ -74,6 +74,13 @@ class RoundRecord:
     gradient_noise_scale: float | None = None
     gradient_variance: float | None = None
     gradient_sq_norm: float | None = None
+    # the redistribution before the first iteration (collapipe_core.costmodel.redistribution): TEBs
+    # whose optimizer state changed device since the previous round (total over clusters), each
+    # cluster's R_n, and the share of latency_s the moves cost ((T − T with no TEB moved) / T; None
+    # when T is not finite). None / empty in records written before redistribution was modeled
+    blocks_moved: int | None = None
+    redistribution_s: list[float] = field(default_factory=list)
+    moves_latency_share: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,10 +8,17 @@ random draw is derived from the seed and the round index), which the service's u
 The runner keeps the running averages behind the gradient noise scale
 (:class:`~collapipe_core.gradient_noise.NoiseScaleAverage`) and checkpoints them with the run; a
 checkpoint written before they existed resumes with the averages started afresh.
+
+It also keeps the placement the last round left (:class:`~collapipe_core.state.Placement`: segments,
+link rates and powers), which the next round's state carries so the cost model charges the TEBs that
+change device; the checkpoint carries it, so a resumed or forked run's next round sees the same
+previous placement as the uninterrupted run. A checkpoint written before it existed resumes without
+one: that round counts no moves.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,15 +29,15 @@ import numpy as np
 from collapipe_core.checkpoint import config_fingerprint, load_checkpoint, save_checkpoint
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel import Evaluation, evaluate
-from collapipe_core.decision import Decision
+from collapipe_core.decision import Decision, plan_segments
 from collapipe_core.gradient_noise import NoiseScaleAverage
 from collapipe_core.network import FloatArray, device_id
 from collapipe_core.pipeline.executor import AnalyticExecutor, Executor, TrainingOutcome
-from collapipe_core.pipeline.split import plan_segments
 from collapipe_core.records import DeviceRecord, RoundRecord, RoundResult
 from collapipe_core.sinks import RecordSink
 from collapipe_core.state import (
     Environment,
+    Placement,
     RoundState,
     build_environment,
     load_device_trace,
@@ -100,6 +107,7 @@ class Runner:
         self.queues: FloatArray = np.zeros(shape)
         self.next_round = 0
         self.gradient_noise = NoiseScaleAverage()
+        self.previous: Placement | None = None  # where the last round left the encoder
         self._summary_acc = _SummaryAccumulator(self.env)
 
     def resume(self) -> int:
@@ -120,6 +128,8 @@ class Runner:
         self._summary_acc.load(payload["summary"])
         noise = payload.get("gradient_noise")
         self.gradient_noise = NoiseScaleAverage() if noise is None else NoiseScaleAverage.from_json(noise)
+        previous = payload.get("previous_placement")
+        self.previous = None if previous is None else Placement.from_json(previous)
         return self.next_round
 
     def run(
@@ -148,7 +158,7 @@ class Runner:
         return summary
 
     def run_round(self, t: int) -> RoundResult:
-        state = observe(self.env, t, self.queues)
+        state = observe(self.env, t, self.queues, self.previous)
         started = time.perf_counter()
         decision = self.policy.decide(state)
         solve_time = time.perf_counter() - started
@@ -159,6 +169,7 @@ class Runner:
             state, decision, ev, outcome, self.policy.name, solve_time, self.gradient_noise.noise_scale
         )
         self.queues = update_queues(self.queues, ev.energy_j, self.env.scenario.energy_budget_j)
+        self.previous = Placement.of(decision, ev.rate_bps)
         self._summary_acc.add(result, ev)
         return result
 
@@ -174,6 +185,7 @@ class Runner:
                 "config_fingerprint": config_fingerprint(self.config),
                 "summary": self._summary_acc.dump(),
                 "gradient_noise": self.gradient_noise.to_json(),
+                "previous_placement": None if self.previous is None else self.previous.to_json(),
             },
         )
 
@@ -248,8 +260,18 @@ def build_result(
         gradient_noise_scale=gradient_noise_scale,
         gradient_variance=None if noise is None else noise.trace,
         gradient_sq_norm=None if noise is None else noise.sq_norm,
+        blocks_moved=int(ev.blocks_moved.sum()),
+        redistribution_s=[float(x) for x in ev.redistribution_s],
+        moves_latency_share=moves_latency_share(ev),
     )
     return RoundResult(round=record, devices=tuple(devices))
+
+
+def moves_latency_share(ev: Evaluation) -> float | None:
+    """The share of the round latency the block moves cost (None when the latency is not finite)."""
+    if not (math.isfinite(ev.latency_s) and math.isfinite(ev.moves_latency_s)) or ev.latency_s <= 0:
+        return None
+    return ev.moves_latency_s / ev.latency_s
 
 
 class _SummaryAccumulator:

@@ -1,24 +1,28 @@
 """What a policy observes at the start of a round, and the static context it is built from.
 
 ``Environment`` is built once per run (devices, model costs, trace, settings); ``RoundState`` adds the
-round's channel gains, device conditions and the Lyapunov virtual queues Q_k(t).
+round's channel gains, device conditions, the Lyapunov virtual queues Q_k(t) and where the previous
+round left the encoder (``Placement``: its segments and links, from which the cost model charges the
+blocks that change device).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel.profile import ModelProfile, build_profile
+from collapipe_core.decision import Decision
 from collapipe_core.network import (
     MAX_TRACE_BYTES,
     BoolArray,
     DeviceTrace,
     FloatArray,
+    IntArray,
     Scenario,
     TraceError,
     build_scenario,
@@ -77,6 +81,51 @@ class Environment:
 
 
 @dataclass(frozen=True, eq=False)
+class Placement:
+    """Where a round left the encoder: each device's segment and the link it used, all (N, K).
+
+    The next round's cost model moves the optimizer state of every TEB whose device changes
+    (:mod:`collapipe_core.costmodel.redistribution`): its previous holder uploads it to the CU at the
+    rate and power of this placement, the links still in effect until the new decision's are set up.
+    """
+
+    num_blocks: IntArray  # δ_prev: TEBs per device, contiguous in device order (decision.plan_segments)
+    rate_bps: FloatArray  # r_prev: the device's link rate in that round
+    power_w: FloatArray  # p_prev: the device's transmit power in that round
+    mode: Literal["pipeline", "replicated"] = "pipeline"  # replicated (fl): a participant holds every TEB
+
+    @staticmethod
+    def of(decision: Decision, rate_bps: FloatArray) -> Placement:
+        """The placement a round's ``decision`` leaves, with the link rates its evaluation modeled."""
+        return Placement(
+            num_blocks=decision.num_blocks(),
+            rate_bps=np.array(rate_bps, dtype=np.float64),
+            power_w=decision.power_w(),
+            mode=decision.mode,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "num_blocks": self.num_blocks.tolist(),
+            "rate_bps": self.rate_bps.tolist(),
+            "power_w": self.power_w.tolist(),
+            "mode": self.mode,
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Placement:
+        mode = data.get("mode", "pipeline")
+        if mode not in ("pipeline", "replicated"):
+            raise ValueError(f"placement mode must be 'pipeline' or 'replicated', got {mode!r}")
+        return Placement(
+            num_blocks=np.asarray(data["num_blocks"], dtype=np.int64),
+            rate_bps=np.asarray(data["rate_bps"], dtype=np.float64),
+            power_w=np.asarray(data["power_w"], dtype=np.float64),
+            mode=mode,
+        )
+
+
+@dataclass(frozen=True, eq=False)
 class RoundState:
     round_index: int
     env: Environment
@@ -84,6 +133,9 @@ class RoundState:
     available: BoolArray  # (N, K)
     speed_factor: FloatArray  # (N, K), multiplies FLOP/s
     queues: FloatArray  # Q_k(t), (N, K), ≥ 0
+    # the previous round's segments δ_prev, rates r_prev and powers p_prev; None at a run's first round
+    # (or for a state built without one): no block changes device, the segments' weights are still sent
+    previous: Placement | None = None
 
     @property
     def scenario(self) -> Scenario:
@@ -161,8 +213,14 @@ def build_environment(
     )
 
 
-def observe(env: Environment, round_index: int, queues: FloatArray | None = None) -> RoundState:
-    """The state of round ``round_index``: identical for every policy given the same environment."""
+def observe(
+    env: Environment,
+    round_index: int,
+    queues: FloatArray | None = None,
+    previous: Placement | None = None,
+) -> RoundState:
+    """The state of round ``round_index``: identical for every policy given the same environment,
+    queues and ``previous`` placement (the one the round before left, None for the first round)."""
     shape = env.scenario.shape
     if env.trace is not None:
         speed, available = env.trace.at(round_index)
@@ -173,6 +231,13 @@ def observe(env: Environment, round_index: int, queues: FloatArray | None = None
         raise ValueError(f"queues have shape {q.shape}, the network is {shape}")
     if np.any(q < 0):
         raise ValueError("virtual queues must be non-negative")
+    if previous is not None:
+        for name in ("num_blocks", "rate_bps", "power_w"):
+            if getattr(previous, name).shape != shape:
+                raise ValueError(
+                    f"the previous placement's {name} has shape {getattr(previous, name).shape}, "
+                    f"the network is {shape}"
+                )
     return RoundState(
         round_index=round_index,
         env=env,
@@ -180,6 +245,7 @@ def observe(env: Environment, round_index: int, queues: FloatArray | None = None
         available=available,
         speed_factor=speed,
         queues=q,
+        previous=previous,
     )
 
 

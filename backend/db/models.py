@@ -45,7 +45,14 @@ DEVICE_METRIC_COLUMNS = (
     "memory_capacity_bytes",
     "energy_budget_j",
 )
-ROUND_METRIC_COLUMNS = ("latency_s", "objective", "train_loss", "eval_loss", "gradient_noise_scale")
+ROUND_METRIC_COLUMNS = (
+    "latency_s",
+    "objective",
+    "train_loss",
+    "eval_loss",
+    "gradient_noise_scale",
+    "blocks_moved",
+)
 
 
 def _in(values: tuple[str, ...]) -> str:
@@ -173,6 +180,7 @@ class RoundMetric(Base):
     train_loss: Mapped[float | None] = mapped_column(Float)
     eval_loss: Mapped[float | None] = mapped_column(Float)
     gradient_noise_scale: Mapped[float | None] = mapped_column(Float)  # B_noise averaged (samples)
+    blocks_moved: Mapped[int | None] = mapped_column(Integer)  # TEBs whose optimizer state changed device
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 

@@ -35,8 +35,10 @@ ROUND_COLUMNS = (
     "gradient_noise_scale",
     "gradient_variance",
     "gradient_sq_norm",
+    "blocks_moved",
+    "moves_latency_share",
 )
-ROUND_LIST_COLUMNS = ("num_microbatches", "makespan_s", "bubble_fraction", "violations")
+ROUND_LIST_COLUMNS = ("num_microbatches", "makespan_s", "bubble_fraction", "redistribution_s", "violations")
 DEVICE_COLUMNS = (
     "round",
     "cluster",

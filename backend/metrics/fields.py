@@ -33,8 +33,8 @@ def _eval(name: str) -> Extractor:
 
 def _reduce(name: str, how: Callable[[list[float]], float]) -> Extractor:
     def get(record: dict[str, Any]) -> float | None:
-        values = record.get(name) or []
-        return how([float(v) for v in values]) if values else None
+        values = [float(v) for v in record.get(name) or [] if v is not None]  # null: not finite
+        return how(values) if values else None
 
     return get
 
@@ -56,6 +56,7 @@ RECORD_FIELDS: dict[str, Extractor] = {
             "solver_iterations",
             "gradient_variance",
             "gradient_sq_norm",
+            "moves_latency_share",
         )
     },
     "eval_accuracy": _eval("eval_accuracy"),
@@ -63,6 +64,7 @@ RECORD_FIELDS: dict[str, Extractor] = {
     "eval_perplexity": _eval("eval_perplexity"),
     "bubble_fraction_mean": _reduce("bubble_fraction", _mean),
     "makespan_s_max": _reduce("makespan_s", max),
+    "redistribution_s_max": _reduce("redistribution_s", max),
     "num_microbatches_mean": _reduce("num_microbatches", _mean),
 }
 ROUND_FIELDS = (*ROUND_METRIC_COLUMNS, *RECORD_FIELDS)

@@ -37,6 +37,7 @@ def round_row(run_id: int, result: RoundResult) -> dict[str, Any]:
         "train_loss": result.round.train_loss,
         "eval_loss": result.round.eval_loss,
         "gradient_noise_scale": result.round.gradient_noise_scale,
+        "blocks_moved": result.round.blocks_moved,
     }
 
 

@@ -56,6 +56,14 @@ class DecisionItem(BaseModel):
     solver_iterations: int
     solve_time_s: float | None
     num_microbatches: list[int]
+    blocks_moved: int | None = Field(
+        description="TEBs whose optimizer state changed device since the previous round (all clusters); "
+        "none for rounds recorded before block moves were modeled"
+    )
+    redistribution_s: list[float | None] = Field(
+        description="per cluster: R_n, the redistribution before the first iteration (s); null if not finite"
+    )
+    moves_latency_share: float | None = Field(description="share of the round latency the block moves cost")
     decision: dict[str, Any]
     measured: dict[str, dict[str, float | None]] = Field(
         default_factory=dict,
@@ -75,10 +83,15 @@ class DecisionPage(BaseModel):
 class TimelineEventOut(BaseModel):
     participant: str
     kind: Literal["forward", "backward", "send", "receive"]
-    microbatch: int
+    microbatch: int = Field(description="-1 for a transfer of the redistribution phase")
     start_s: float
     end_s: float
     peer: str
+    phase: Literal["pipeline", "redistribution"] = Field(
+        description="redistribution: a transfer before the first iteration (the averaged model to the CU, "
+        "moved optimizer state to the CU, each device's segment from the CU); pipeline: the first iteration"
+    )
+    label: str = Field(description="what a redistribution transfer carries; empty for the pipeline")
 
 
 class TimelineOut(BaseModel):
@@ -87,7 +100,8 @@ class TimelineOut(BaseModel):
     cluster: int
     schedule: str
     num_microbatches: int
-    makespan_s: float
+    makespan_s: float = Field(description="the first iteration's length (it starts at redistribution_s)")
+    redistribution_s: float = Field(description="R_n: the redistribution phase before the first iteration")
     peak_in_flight: dict[str, int]
     busy_s: dict[str, float]
     events: list[TimelineEventOut]

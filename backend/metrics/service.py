@@ -276,6 +276,9 @@ def _decision(record: dict[str, Any]) -> DecisionItem:
         solver_iterations=int(record.get("solver_iterations", 0)),
         solve_time_s=record.get("solve_time_s"),
         num_microbatches=list(record.get("num_microbatches", [])),
+        blocks_moved=record.get("blocks_moved"),
+        redistribution_s=list(record.get("redistribution_s") or []),
+        moves_latency_share=record.get("moves_latency_share"),
         decision=record.get("decision", {}),
         measured=record.get("measured") or {},
     )

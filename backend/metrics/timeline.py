@@ -1,8 +1,11 @@
-"""The pipeline timeline (Gantt) of one cluster in one stored round, rebuilt from the records.
+"""The timeline (Gantt) of one cluster in one stored round, rebuilt from the records: the
+redistribution phase (the averaged model, moved optimizer state, each device's segment), then the
+first pipeline iteration.
 
 The round's state is rebuilt exactly: the environment from the config in force at that round (forks
 switch configs), the virtual queues the decision saw from the round's device rows, channel and
-device conditions from the seed and round index; the decision from the stored record.
+device conditions from the seed and round index, the previous placement from the round before's
+decision and device rows (its link rates); the decision from the stored record.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from backend.metrics import repository as repo
 from backend.metrics.schemas import TimelineEventOut, TimelineOut
 from backend.runtime.segments import config_at, plan_segments
 from collapipe_core.config import ExperimentConfig
-from collapipe_core.costmodel.chain import cluster_timeline
+from collapipe_core.costmodel.chain import cluster_round_timeline
 from collapipe_core.data import DataError, vocab_sizes
 from collapipe_core.decision import Decision
-from collapipe_core.state import build_environment, load_device_trace, observe, pretrained_dir
+from collapipe_core.state import Placement, build_environment, load_device_trace, observe, pretrained_dir
 from collapipe_core.workspace import FileRefused, Workspace
 
 
@@ -55,9 +58,9 @@ def timeline(session: Session, run: Run, round_index: int, cluster: int, workspa
     queues = np.zeros(env.scenario.shape)
     for row in repo.device_rows(session, run.id, round_index):
         queues[row.cluster, row.device] = row.queue
-    state = observe(env, round_index, queues)
     try:
-        result = cluster_timeline(state, decision, cluster)
+        state = observe(env, round_index, queues, _previous_placement(session, run, round_index))
+        result = cluster_round_timeline(state, decision, cluster)
     except ValueError as err:
         raise _invalid("round", round_index, f"cannot rebuild the timeline: {err}") from None
     return TimelineOut(
@@ -67,6 +70,7 @@ def timeline(session: Session, run: Run, round_index: int, cluster: int, workspa
         schedule=config.training.schedule,
         num_microbatches=decision.clusters[cluster].num_microbatches,
         makespan_s=result.makespan_s,
+        redistribution_s=result.redistribution_s,
         peak_in_flight=dict(result.peak_in_flight),
         busy_s=dict(result.busy_s),
         events=[
@@ -77,7 +81,22 @@ def timeline(session: Session, run: Run, round_index: int, cluster: int, workspa
                 start_s=e.start_s,
                 end_s=e.end_s,
                 peer=e.peer,
+                phase=e.phase,
+                label=e.label,
             )
             for e in result.events
         ],
     )
+
+
+def _previous_placement(session: Session, run: Run, round_index: int) -> Placement | None:
+    """Where round ``round_index − 1`` left the encoder (its decision and its devices' link rates), as
+    the runner carried it into round ``round_index``; None for the first round."""
+    record = repo.round_record(session, run.id, round_index - 1) if round_index > 0 else None
+    if record is None:
+        return None
+    previous = Decision.from_json(record["decision"])
+    rates = np.zeros(previous.num_blocks().shape)
+    for row in repo.device_rows(session, run.id, round_index - 1):
+        rates[row.cluster, row.device] = row.rate_bps
+    return Placement.of(previous, rates)

@@ -12,11 +12,17 @@ All arrays are (N, K): cluster n, device k. Per micro-batch of b samples:
   1F1B has no closed form here: its makespan comes from the discrete-event schedule of
   :mod:`collapipe_core.costmodel.timeline` (it equals GPipe's only for identical compute stages joined
   by instant links; it is shorter when stages differ and can be longer when links take time).
+- redistribution before the first iteration (:mod:`collapipe_core.costmodel.redistribution`): the
+  edge server sends the averaged model to the CU (U, the upload's time), the previous holders of the
+  TEBs that change device upload their optimizer state to the CU at their previous round's rates,
+  then the CU sends each device its δ_k TEBs' weights and the moved state at r_k (links in parallel):
+      R_n = U + max_j out_j·B_opt/r_prev_j + max_k (δ_k·B + in_k·B_opt)/r_k.
 - aggregation: each scheduled device sends its δ_k blocks to the CU at r_k, the CU uploads the
-  cluster's embedding and encoder at the configured uplink rate; T^agg = max_n (gather_n + upload_n).
-  The download of the averaged model is not modeled.
-- round latency: T = max_n (I · T^pipe_n) + T^agg.
-- energy of device k: E_k = κ·f_k²·cycles_k + p_k·(transmit time), cycles = FLOPs / (FLOPs/cycle).
+  cluster's embedding and encoder at the configured uplink rate; T^agg = max_n (gather_n + U).
+- round latency: T = max_n (R_n + I · T^pipe_n) + T^agg.
+- energy of device k: E_k = κ·f_k²·cycles_k + p_k·(transmit time) + p_prev_k·out_k·B_opt/r_prev_k,
+  cycles = FLOPs / (FLOPs/cycle); the last term, the upload of moved optimizer state, is charged
+  to the previous holder whether or not it holds TEBs this round.
 - memory of a scheduled device k: δ_k·(weights + grads + optimizer state) + (n_k·δ_k + 1)·b·a
   + 2·M·b·s·d·bytes + runtime overhead, with a the activations one TEB keeps for backward per sample
   (measured), n_k the micro-batches in flight = M (GPipe) or min(C − i, M) (1F1B, stage i of C), the
@@ -34,13 +40,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from collapipe_core.costmodel.redistribution import (
+    Redistribution,
+    model_transfer_s,
+    redistribution,
+    round_latency_s,
+)
 from collapipe_core.decision import Decision
-from collapipe_core.network import FloatArray, device_id
+from collapipe_core.network import FloatArray, IntArray, device_id
 
 if TYPE_CHECKING:  # state builds on the profile of this package
     from collapipe_core.state import RoundState
-
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,10 +60,12 @@ class Evaluation:
     latency_s: float
     aggregation_s: float
     pipeline_s: FloatArray  # (N,) one iteration's makespan per cluster
+    redistribution: Redistribution  # the phase before the first iteration: R_n, the block moves
+    moves_latency_s: float  # the part of latency_s the block moves cost (T − T with no TEB moved)
     bubble_fraction: FloatArray  # (N,) 1 − device compute time / (scheduled devices × I·T^pipe)
     rate_bps: FloatArray  # (N, K)
     compute_s: FloatArray  # (N, K) per round
-    comm_s: FloatArray  # (N, K) per round: pipeline transmissions + upload of the segment
+    comm_s: FloatArray  # (N, K) per round: pipeline transmissions + upload of the segment + moved state
     idle_s: FloatArray  # (N, K) per round: pipeline time neither computing nor transmitting
     energy_j: FloatArray  # (N, K)
     memory_bytes: FloatArray  # (N, K)
@@ -67,6 +79,16 @@ class Evaluation:
     @property
     def feasible(self) -> bool:
         return not self.violations
+
+    @property
+    def redistribution_s(self) -> FloatArray:
+        """(N,) R_n: each cluster's redistribution before its first iteration."""
+        return self.redistribution.latency_s
+
+    @property
+    def blocks_moved(self) -> IntArray:
+        """(N,) TEBs whose optimizer state changed device, per cluster."""
+        return self.redistribution.blocks_moved
 
 
 def link_rate_bps(
@@ -199,23 +221,26 @@ def evaluate(state: RoundState, decision: Decision) -> Evaluation:
             [cluster_timeline(state, decision, n, times).makespan_s for n in range(len(micro))]
         )
 
-    # -- aggregation ------------------------------------------------------------------------------
-    block_bits = 8.0 * prof.block_params * prof.bytes_per_element
+    # -- redistribution and aggregation -----------------------------------------------------------
+    moves = redistribution(state, delta, decision.mode, rate)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t_gather = np.where(sched, delta * block_bits / rate, 0.0)
-    upload = 8.0 * prof.bytes_per_element * (prof.embedding_params + prof.encoder_params)
-    aggregation = float(np.max(t_gather.max(axis=1) + upload / sc.cu_uplink_rate_bps))
-    latency = float(np.max(iters * pipeline)) + aggregation
+        t_gather = np.where(sched, delta * prof.block_weight_bits / rate, 0.0)
+    aggregation = float(np.max(t_gather.max(axis=1) + model_transfer_s(state)))
+    latency, moves_latency = round_latency_s(moves, iters * pipeline, aggregation)
 
     # -- per device, per round --------------------------------------------------------------------
     per_round = iters * micro[:, None]
     compute = per_round * (t_fwd + t_bwd)
     transmit = per_round * 2.0 * t_tx
-    comm = transmit + t_gather
+    comm = transmit + t_gather + moves.upload_s
     idle = np.where(sched, np.maximum(iters * pipeline[:, None] - compute - transmit, 0.0), 0.0)
     flops = per_round * delta * b * (prof.block_forward_flops + prof.block_backward_flops)
     cycles = flops / sc.flops_per_cycle
-    energy = sc.kappa * sc.cpu_hz**2 * cycles + power * np.where(sched, comm, 0.0)
+    energy = (
+        sc.kappa * sc.cpu_hz**2 * cycles
+        + power * np.where(sched, transmit + t_gather, 0.0)
+        + moves.upload_energy_j
+    )
     in_flight = in_flight_microbatches(delta, micro, st.schedule)
     memory = np.where(
         sched,
@@ -243,6 +268,8 @@ def evaluate(state: RoundState, decision: Decision) -> Evaluation:
         latency_s=latency,
         aggregation_s=aggregation,
         pipeline_s=pipeline,
+        redistribution=moves,
+        moves_latency_s=moves_latency,
         bubble_fraction=bubble,
         rate_bps=rate,
         compute_s=compute,

@@ -23,7 +23,7 @@ model (torch, the data and Python; docs/distributed.md). The analytic executor a
 from __future__ import annotations
 
 from collapipe_core.config import ExperimentConfig
-from collapipe_core.costmodel.profile import OPTIMIZER_STATE_COPIES, ModelProfile
+from collapipe_core.costmodel.profile import ModelProfile
 
 TRAINING_BYTES_PER_ELEMENT = 4
 RUN_PROCESS_BYTES = 512 * 2**20  # R: a run process with torch and its data loaded (~230 MiB measured)
@@ -36,7 +36,7 @@ def host_memory_bytes(config: ExperimentConfig, profile: ModelProfile) -> float:
         return float(RUN_PROCESS_BYTES)
     e = TRAINING_BYTES_PER_ELEMENT
     n, k = config.network.num_clusters, config.network.devices_per_cluster
-    c = OPTIMIZER_STATE_COPIES[config.training.optimizer]
+    c = profile.optimizer_state_copies
     b, blocks = config.training.microbatch_size, profile.num_blocks
     activation_elements = profile.block_activation_bytes / profile.bytes_per_element
     params = float(profile.total_params)

@@ -85,7 +85,12 @@ class ModelProfile:
     head_forward_flops: float
     head_backward_flops: float
     head_params: int
-    param_state_copies: int  # weights + gradients + optimizer copies, in units of the weights
+    optimizer_state_copies: int  # copies of the parameters the optimizer keeps (OPTIMIZER_STATE_COPIES)
+
+    @property
+    def param_state_copies(self) -> int:
+        """Weights + gradients + optimizer state, in units of the weights."""
+        return 2 + self.optimizer_state_copies
 
     @property
     def encoder_params(self) -> int:
@@ -99,6 +104,16 @@ class ModelProfile:
     def block_state_bytes(self) -> float:
         """Weights, gradients and optimizer state of one TEB on a device."""
         return float(self.block_params * self.bytes_per_element * self.param_state_copies)
+
+    @property
+    def block_weight_bits(self) -> float:
+        """B: the bits of one TEB's weights, as sent to the CU for FedAvg and back to a device."""
+        return 8.0 * self.block_params * self.bytes_per_element
+
+    @property
+    def block_optimizer_state_bits(self) -> float:
+        """B_opt: the bits of one TEB's optimizer state (AdamW 2 copies, momentum 1, SGD 0)."""
+        return self.block_weight_bits * self.optimizer_state_copies
 
 
 def build_profile(
@@ -136,7 +151,7 @@ def profile_from_parts(
         head_forward_flops=parts.head.forward_flops,
         head_backward_flops=parts.head.backward_flops,
         head_params=parts.head.params,
-        param_state_copies=2 + OPTIMIZER_STATE_COPIES[optimizer],
+        optimizer_state_copies=OPTIMIZER_STATE_COPIES[optimizer],
     )
 
 
@@ -214,7 +229,7 @@ def closed_form_profile(config: ExperimentConfig, src_vocab: int, tgt_size: int)
         head_forward_flops=head_fwd,
         head_backward_flops=2.0 * head_fwd,
         head_params=head_params,
-        param_state_copies=2 + OPTIMIZER_STATE_COPIES[config.training.optimizer],
+        optimizer_state_copies=OPTIMIZER_STATE_COPIES[config.training.optimizer],
     )
 
 

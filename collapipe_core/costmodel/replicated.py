@@ -15,9 +15,15 @@ devices work in parallel (data parallelism). Per cluster n with m_n participants
     T^iter_n = CU_F + M·b·P/r_CU + max_k (T^F_k + x_k·P/r_k) + edge_F + edge_B
                + M·b·P/r_edge + max_k (T^B_k + x_k·P/r_k) + CU_B          (P = payload bits per sample)
 
+- redistribution before the first iteration (:mod:`~collapipe_core.costmodel.redistribution`): the CU
+  receives the averaged model (U) and sends every participant the whole encoder (δ_k = L) at r_k, with
+  the optimizer state of the TEBs it did not hold in the previous round (a participant holds every
+  TEB): R_n = U + max_j out_j·B_opt/r_prev_j + max_k (L·B + in_k·B_opt)/r_k.
 - aggregation: every participant sends its whole encoder (L·|θ_TEB|·bytes) to the CU at r_k, the CU
-  uploads embedding and encoder: T^agg = max_n (max_k L·B/r_k + upload_n). Round T = max_n I·T^iter_n + T^agg.
-- energy: E_k = κ·f_k²·cycles_k + p_k·(I·2·x_k·P + L·B)/r_k, cycles over I iterations of x_k samples.
+  uploads embedding and encoder: T^agg = max_n (max_k L·B/r_k + U). Round T = max_n (R_n + I·T^iter_n)
+  + T^agg.
+- energy: E_k = κ·f_k²·cycles_k + p_k·(I·2·x_k·P + L·B)/r_k + p_prev_k·out_k·B_opt/r_prev_k, cycles over
+  I iterations of x_k samples.
 - memory: L·(weights + grads + optimizer state) + x_k·L·(activations per sample per TEB) + overhead.
 - convergence term and objective as in :mod:`~collapipe_core.costmodel.evaluate` (effective batch M·b).
 """
@@ -29,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from collapipe_core.costmodel.evaluate import Evaluation, link_rate_bps
+from collapipe_core.costmodel.redistribution import model_transfer_s, redistribution, round_latency_s
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray, device_id
 
@@ -51,7 +58,7 @@ def evaluate_replicated(state: RoundState, decision: Decision) -> Evaluation:
     payload = 8.0 * prof.payload_bytes  # bits per sample
     with np.errstate(divide="ignore", invalid="ignore"):
         tx = np.where(part, share * payload / rate, 0.0)
-        gather = np.where(part, L * 8.0 * prof.block_params * prof.bytes_per_element / rate, 0.0)
+        gather = np.where(part, L * prof.block_weight_bits / rate, 0.0)
     flops_per_s = sc.flops_per_s * state.speed_factor
     fwd = share * L * prof.block_forward_flops / flops_per_s
     bwd = share * L * prof.block_backward_flops / flops_per_s
@@ -63,17 +70,16 @@ def evaluate_replicated(state: RoundState, decision: Decision) -> Evaluation:
     up = np.max(np.where(part, fwd + tx, 0.0), axis=1)
     down = np.max(np.where(part, bwd + tx, 0.0), axis=1)
     iteration = cu_f + cu_send + up + edge + edge_send + down + cu_b
-    upload = (
-        8.0 * prof.bytes_per_element * (prof.embedding_params + prof.encoder_params) / sc.cu_uplink_rate_bps
-    )
-    aggregation = float(np.max(gather.max(axis=1) + upload))
-    latency = float(np.max(iters * iteration)) + aggregation
+    moves = redistribution(state, delta, "replicated", rate)
+    aggregation = float(np.max(gather.max(axis=1) + model_transfer_s(state)))
+    latency, moves_latency = round_latency_s(moves, iters * iteration, aggregation)
     compute = iters * (fwd + bwd)
     transmit = iters * 2.0 * tx
     comm = np.where(part, transmit + gather, 0.0)
     idle = np.where(part, np.maximum(iters * iteration[:, None] - compute - transmit, 0.0), 0.0)
     cycles = iters * share * L * (prof.block_forward_flops + prof.block_backward_flops) / sc.flops_per_cycle
-    energy = np.where(part, sc.kappa * sc.cpu_hz**2 * cycles + power * comm, 0.0)
+    energy = np.where(part, sc.kappa * sc.cpu_hz**2 * cycles + power * comm, 0.0) + moves.upload_energy_j
+    comm = comm + moves.upload_s
     memory = np.where(
         part,
         L * prof.block_state_bytes + share * L * prof.block_activation_bytes + sc.runtime_overhead_bytes,
@@ -88,6 +94,8 @@ def evaluate_replicated(state: RoundState, decision: Decision) -> Evaluation:
         latency_s=latency,
         aggregation_s=aggregation,
         pipeline_s=iteration,
+        redistribution=moves,
+        moves_latency_s=moves_latency,
         bubble_fraction=np.where(count > 0, 1.0 - busy, 1.0),
         rate_bps=rate,
         compute_s=np.where(part, compute, 0.0),

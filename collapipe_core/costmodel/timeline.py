@@ -65,24 +65,32 @@ class Stage:
 
 @dataclass(frozen=True)
 class TimelineEvent:
-    """One operation as seen by a compute participant; a transfer appears on both of its ends."""
+    """One operation as seen by a participant; a transfer appears on both of its ends."""
 
     participant: str
     kind: Literal["forward", "backward", "send", "receive"]
-    microbatch: int
+    microbatch: int  # -1 for a transfer of the redistribution phase (it carries no micro-batch)
     start_s: float
     end_s: float
     peer: str = ""  # send/receive: the other end
+    # "redistribution": a transfer before the first iteration (the averaged model, a segment's weights,
+    # moved optimizer state; collapipe_core.costmodel.chain.cluster_round_timeline), ``label`` says which
+    phase: Literal["pipeline", "redistribution"] = "pipeline"
+    label: str = ""
 
 
 @dataclass(frozen=True)
 class Timeline:
-    """The simulated iteration: events sorted by (start_s, participant) and per-stage summaries."""
+    """The simulated iteration: events sorted by (start_s, participant) and per-stage summaries.
+
+    With a redistribution phase before it (``redistribution_s`` > 0) the iteration's events start at
+    ``redistribution_s``; ``makespan_s`` is the iteration's own length either way."""
 
     events: tuple[TimelineEvent, ...]
     makespan_s: float
     peak_in_flight: dict[str, int]  # compute stage -> most micro-batches with forward done, backward not
     busy_s: dict[str, float]  # compute stage -> M·(F + B)
+    redistribution_s: float = 0.0  # R_n: the phase before the iteration (0: none drawn)
 
 
 # An operation is (position of its stage in the chain, direction, micro-batch); direction 0 is the

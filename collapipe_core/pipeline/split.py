@@ -1,6 +1,7 @@
 """Cut a model into pipeline stages: embedding (CU) | one segment of TEBs per device | head (edge).
 
-The plan is computed first and is a pure function of the segment vector (:func:`plan_segments`);
+The plan is computed first and is a pure function of the segment vector
+(:func:`collapipe_core.decision.plan_segments`, the one block → device map of the product);
 :func:`split_model` then wraps the model's own submodules, so stages share parameters with the model
 (no copies) and a stage's parameter names are the model's (``blocks.3.qkv.weight`` in the stage is
 ``blocks.3.qkv.weight`` in the model): ``stage.state_dict()`` is a slice of ``model.state_dict()``.
@@ -25,41 +26,14 @@ copy each and must sum the two gradients after every step.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
+from ..decision import plan_segments
 from ..models import EncoderStackModel, StepLoss, split_targets
-
-
-def plan_segments(num_blocks: Sequence[int]) -> tuple[range, ...]:
-    """Contiguous TEB index ranges per device, in device order (an empty range for a 0-block device).
-
-    >>> plan_segments([2, 0, 3])
-    (range(0, 2), range(2, 2), range(2, 5))
-    """
-    counts: list[int] = []
-    for k, n in enumerate(num_blocks):
-        try:
-            if isinstance(n, bool):
-                raise TypeError
-            count = operator.index(n)
-        except TypeError:
-            raise ValueError(
-                f"num_blocks[{k}] = {n!r} is not an integer; give the number of TEBs on each device"
-            ) from None
-        if count < 0:
-            raise ValueError(f"num_blocks[{k}] = {count} is negative; a device holds 0 or more TEBs")
-        counts.append(count)
-    ranges: list[range] = []
-    start = 0
-    for count in counts:
-        ranges.append(range(start, start + count))
-        start += count
-    return tuple(ranges)
 
 
 class EmbeddingStage(nn.Module):

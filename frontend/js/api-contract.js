@@ -58,11 +58,12 @@ export const API_CONTRACT = {
     "items[].round", "items[].policy", "items[].objective", "items[].objective_latency",
     "items[].objective_convergence", "items[].objective_energy", "items[].num_microbatches",
     "items[].solver_iterations", "items[].solve_time_s", "items[].feasible", "items[].violations",
-    "items[].decision", "items[].measured"
+    "items[].decision", "items[].measured", "items[].blocks_moved", "items[].moves_latency_share"
   ],
   "GET /api/runs/{run_id}/timeline": [
-    "round", "cluster", "schedule", "num_microbatches", "makespan_s", "events[].participant",
-    "events[].kind", "events[].microbatch", "events[].start_s", "events[].end_s", "events[].peer"
+    "round", "cluster", "schedule", "num_microbatches", "makespan_s", "redistribution_s",
+    "events[].participant", "events[].kind", "events[].microbatch", "events[].start_s", "events[].end_s",
+    "events[].peer", "events[].phase", "events[].label"
   ],
   "GET /api/runs/{run_id}/export": [],
   "GET /api/studies": [

@@ -68,6 +68,9 @@ def test_upgrade_downgrade_upgrade_and_check(empty_database: str) -> None:
     assert _tables(empty_database) == TABLES
     command.check(alembic_config(empty_database))  # raises if models and migrations disagree
     downgrade(empty_database, "-1")
+    assert "blocks_moved" not in _columns(empty_database, "round_metrics")
+    assert "gradient_noise_scale" in _columns(empty_database, "round_metrics")
+    downgrade(empty_database, "0003")
     assert "gradient_noise_scale" not in _columns(empty_database, "round_metrics")
     downgrade(empty_database, "0002")
     assert "studies" not in _tables(empty_database)

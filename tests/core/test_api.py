@@ -49,6 +49,32 @@ def test_round_state_decide_evaluate_round_trip() -> None:
     assert api.evaluate(state, again) == report
 
 
+def test_schedule_rounds_carries_each_round_s_placement_into_the_next() -> None:
+    config = tiny_config(executor="analytic", scheduler={"policy": "random"})
+    rows = api.schedule_rounds(config, 3)
+    assert rows[0]["blocks_moved"] == 0 and rows[0]["moves_latency_s"] == 0.0
+    env = api.environment(config)
+    for t in (1, 2):
+        # round t as the API rebuilds it from the placement round t − 1 left
+        before = api.round_state(env, t - 1)
+        previous = api.placement(before, Decision.from_json(rows[t - 1]["decision"]))
+        state = api.round_state(
+            env, t, queues=np.array(list(rows[t]["queues"].values())).reshape(2, 3), previous=previous
+        )
+        report = api.evaluate(state, Decision.from_json(rows[t]["decision"]))
+        assert report["blocks_moved"] == rows[t]["blocks_moved"]
+        assert (
+            report["latency_s"] == rows[t]["latency_s"]
+            and report["redistribution_s"] == rows[t]["redistribution_s"]
+        )
+    assert sum(r["blocks_moved"] for r in rows) > 0
+    # a first round given a placement is charged against it
+    first = api.schedule_rounds(
+        config, 1, previous=api.placement(api.round_state(env, 1), Decision.from_json(rows[1]["decision"]))
+    )
+    assert first[0]["decision"] == rows[0]["decision"] and first[0]["blocks_moved"] > 0
+
+
 def test_user_policy_by_import_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "my_policies.py").write_text(USER_POLICY)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from collapipe_core.checkpoint import load_checkpoint
+from collapipe_core.checkpoint import config_fingerprint, load_checkpoint, save_checkpoint
 from collapipe_core.gradient_noise import NoiseEstimate, NoiseScaleAverage
 from collapipe_core.records import RoundResult
 from collapipe_core.runner import Runner
@@ -51,6 +51,62 @@ def test_six_rounds_equal_three_plus_resume_plus_three(tmp_path: Path) -> None:
     assert [r.round.gradient_noise_scale for r in pieces] == [
         r.round.gradient_noise_scale for r in straight.results
     ]
+
+
+def test_a_resumed_run_s_next_round_sees_the_previous_placement_of_the_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    # the random policy cuts the encoder anew each round, so blocks change device between rounds
+    config = tiny_config(executor="analytic", scheduler={"policy": "random"})
+    straight = MemorySink()
+    Runner(config, straight, checkpoint_dir=tmp_path / "a").run()
+    Runner(config, MemorySink(), checkpoint_dir=tmp_path / "b").run(max_rounds=3)
+    checkpoint = load_checkpoint(tmp_path / "b")
+    assert checkpoint is not None
+    round_2 = straight.results[2].round.decision
+    assert checkpoint["previous_placement"]["num_blocks"] == [
+        [d["num_blocks"] for d in c["devices"]] for c in round_2["clusters"]
+    ]
+    assert checkpoint["previous_placement"]["rate_bps"] == [
+        [d.rate_bps for d in straight.results[2].devices if d.cluster == n] for n in range(2)
+    ]
+    resumed_sink = MemorySink()
+    resumed = Runner(config, resumed_sink, checkpoint_dir=tmp_path / "b")
+    assert resumed.resume() == 3
+    resumed.run()
+    assert [_comparable(r) for r in resumed_sink.results] == [_comparable(r) for r in straight.results[3:]]
+    moved = [r.round.blocks_moved for r in straight.results]
+    assert moved[0] == 0 and all(m is not None for m in moved) and sum(moved[1:]) > 0, moved
+    shares = [r.round.moves_latency_share for r in straight.results]
+    assert shares[0] == 0.0 and all(s is not None and 0.0 <= s < 1.0 for s in shares)
+
+    # a resume without the placement (a checkpoint of a run that predates it) would differ
+    forgetful = Runner(config, MemorySink(), checkpoint_dir=tmp_path / "b")
+    forgetful.resume()
+    forgetful.previous = None
+    alone = forgetful.run_round(3).round
+    assert straight.results[3].round.blocks_moved > 0 and alone.blocks_moved == 0
+
+
+def test_a_fork_continues_from_the_placement_its_parent_left(tmp_path: Path) -> None:
+    """A fork at round k: the new config's round k is charged the blocks that move from the parent's
+    round k − 1 (the checkpoint carries the placement over the switch)."""
+    parent = tiny_config(executor="analytic", scheduler={"policy": "random"})
+    fork = tiny_config(executor="analytic", scheduler={"policy": "fixed", "segments": [4, 0, 0]})
+    Runner(parent, MemorySink(), checkpoint_dir=tmp_path).run(max_rounds=2)
+    before = load_checkpoint(tmp_path)
+    assert before is not None
+    payload = {**before, "config_fingerprint": config_fingerprint(fork)}  # what a fork's relabel does
+    save_checkpoint(tmp_path, payload)
+    sink = MemorySink()
+    runner = Runner(fork, sink, checkpoint_dir=tmp_path)
+    assert runner.resume() == 2
+    runner.run(max_rounds=2)
+    # every block c0-d1 and c0-d2 held at round 1 moves to c0-d0 (and likewise in cluster 1)
+    held = np.array(before["previous_placement"]["num_blocks"])
+    assert held[:, 1:].sum() > 0
+    assert sink.results[0].round.blocks_moved == int(held[:, 1:].sum())
+    assert sink.results[1].round.blocks_moved == 0  # the fixed policy keeps its segments
 
 
 def test_the_gradient_noise_scale_averages_the_rounds_estimates_and_analytic_runs_have_none() -> None:

@@ -26,7 +26,19 @@ def test_open_the_gantt_of_a_round(login: Login, server: Server, finished_runs: 
     expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "3")
     expect(gantt).to_contain_text("Round 3, cluster 1")
     kinds = page.evaluate("document.getElementById('chart-gantt').data.map(t => [t.name, t.x.length])")
-    assert {name for name, count in kinds if count > 0} >= {"forward", "backward", "send", "receive"}, kinds
+    drawn = {name for name, count in kinds if count > 0}
+    assert drawn >= {"forward", "backward", "send", "receive", "redistribution"}, kinds
+    # the redistribution phase (the averaged model, then each device's segment) ends where the first
+    # iteration starts: at the dotted line
+    phase_end, first_start, line = page.evaluate(
+        """(() => { const el = document.getElementById('chart-gantt');
+        const r = el.data.find(t => t.name === 'redistribution');
+        const p = el.data.filter(t => t.name !== 'redistribution' && t.base.length);
+        return [Math.max(...r.base.map((b, i) => b + r.x[i])), Math.min(...p.flatMap(t => t.base)),
+                el.layout.shapes[0].x0]; })()"""
+    )
+    assert phase_end == pytest.approx(first_start) and line == pytest.approx(first_start) and line > 0
+    expect(gantt).to_contain_text("redistribution")
     participants = page.evaluate(
         "[...new Set(document.getElementById('chart-gantt').data.flatMap(t => t.y))]"
     )
@@ -267,4 +279,6 @@ def test_the_run_view_loads_in_six_requests(login: Login, server: Server) -> Non
     assert page.evaluate("document.getElementById('chart-cut').data.length") == 6
     expect(page.locator("#decisions tbody tr[data-round]")).to_have_count(8)
     expect(page.locator("#decisions tbody tr[data-round='7'] td").nth(3)).not_to_have_text("—")  # V·T
+    # the uniform policy keeps its segments: no block moves, no latency for them
+    expect(page.locator("#decisions tbody tr[data-round='7'] td").nth(7)).to_have_text("0 (0.0 %)")
     screenshot(page, "run-eighteen-devices")

@@ -101,6 +101,7 @@ def continuous_records(
         follower.queues = runner.queues.copy()
         follower.executor.load_state_dict(runner.executor.state_dict())
         follower.gradient_noise = runner.gradient_noise  # the running averages behind B_noise
+        follower.previous = runner.previous  # the placement the last round left (moved blocks)
         follower.run()
         results += second.results
     return [comparable(r.round.to_json()) for r in results]

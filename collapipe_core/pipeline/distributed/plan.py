@@ -19,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from collapipe_core.decision import Decision
+from collapipe_core.decision import Decision, plan_segments
 from collapipe_core.network import device_id
-from collapipe_core.pipeline.split import plan_segments
 
 Role = Literal["cu", "device", "edge"]
 Schedule = Literal["gpipe", "1f1b"]

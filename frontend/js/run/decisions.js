@@ -1,15 +1,25 @@
-// The DSSDA decision log: per round the objective and its terms, micro-batches M per cluster, solver
-// iterations, solve time and feasibility (GET /api/runs/{id}/decisions). Newest first, paged; live
+// The DSSDA decision log: per round the objective and its terms, micro-batches M per cluster, the
+// blocks moved since the previous round and the share of latency they cost, solver iterations, solve
+// time and feasibility (GET /api/runs/{id}/decisions). Newest first, paged; live
 // rounds join the first page.
 
 import { get } from '../api.js';
 import { h, clear } from '../dom.js';
-import { formatNumber, formatValue } from '../format.js';
+import { formatNumber, formatPercent, formatValue } from '../format.js';
 
 /** Rounds on a page of the log. */
 export const DECISION_PAGE = 12;
 const PAGE = DECISION_PAGE;
 const TERMS = ['objective_latency', 'objective_convergence', 'objective_energy'];
+
+/** "3 (12 %)": TEBs moved and the share of the round latency they cost; "—" for rounds recorded before. */
+function moves(item) {
+  if (item.blocks_moved === null || item.blocks_moved === undefined) return '—';
+  const share = item.moves_latency_share;
+  return share === null || share === undefined
+    ? String(item.blocks_moved)
+    : `${item.blocks_moved} (${formatPercent(share)})`;
+}
 
 function row(item) {
   const feasible = item.feasible
@@ -21,6 +31,7 @@ function row(item) {
     h('td.num', {}, formatNumber(item.objective, 4)),
     TERMS.map((t) => h('td.num', {}, formatNumber(item[t], 4))),
     h('td', {}, item.num_microbatches.join(' / ')),
+    h('td.num', { title: 'TEBs whose optimizer state changed device (share of the round latency)' }, moves(item)),
     h('td.num', {}, item.solver_iterations),
     h('td.num', {}, formatValue(item.solve_time_s, 's')),
     h('td', {}, feasible));
@@ -35,11 +46,11 @@ export class DecisionLog {
     this.pager = h('div.row.small');
     this.panel = h('section.panel', { id: 'decisions' },
       h('h3', {}, 'Decision log'),
-      h('p.chart-note', {}, 'Objective V·(T + λ·G) + Σ Q·E and its terms per round; M per cluster; solver iterations and wall time of the decision.'),
+      h('p.chart-note', {}, 'Objective V·(T + λ·G) + Σ Q·E and its terms per round; M per cluster; blocks moved since the previous round (their optimizer state changed device) and the share of latency they cost; solver iterations and wall time of the decision.'),
       h('div.table-wrap', {}, h('table.decision-log', { 'aria-label': 'Decision log' },
         h('thead', {}, h('tr', {}, h('th.num', {}, 'Round'), h('th', {}, 'Policy'), h('th.num', {}, 'Objective'),
           h('th.num', {}, 'V·T'), h('th.num', {}, 'V·λ·G'), h('th.num', {}, 'Σ Q·E'), h('th', {}, 'M per cluster'),
-          h('th.num', {}, 'Iterations'), h('th.num', {}, 'Solve time'), h('th', {}, 'Feasible'))),
+          h('th.num', {}, 'Blocks moved'), h('th.num', {}, 'Iterations'), h('th.num', {}, 'Solve time'), h('th', {}, 'Feasible'))),
         this.tbody)),
       this.pager);
   }
@@ -61,7 +72,7 @@ export class DecisionLog {
 
   render(items) {
     clear(this.tbody);
-    if (!items.length) this.tbody.append(h('tr', {}, h('td.empty', { colspan: 10 }, 'No rounds yet.')));
+    if (!items.length) this.tbody.append(h('tr', {}, h('td.empty', { colspan: 11 }, 'No rounds yet.')));
     for (const item of items) this.tbody.append(row(item));
     this.renderPager();
   }

@@ -1,6 +1,9 @@
-// The pipeline timeline (Gantt) of one cluster in one stored round, from GET /api/runs/{id}/timeline:
-// a row per participant (CU, devices, edge server); the upper half of a row is computing (forward,
-// backward), the lower half the link (send, receive); labels are micro-batch numbers.
+// The timeline (Gantt) of one cluster in one stored round, from GET /api/runs/{id}/timeline: the
+// redistribution phase (the averaged model to the CU, moved optimizer state to the CU, each device's
+// segment from the CU), then the first pipeline iteration from redistribution_s on. A row per
+// participant (CU, devices, edge server); the upper half of a row is computing (forward, backward),
+// the lower half the link (send, receive, and the redistribution's transfers); labels are micro-batch
+// numbers.
 
 import { get } from '../api.js';
 import { h, uid } from '../dom.js';
@@ -13,6 +16,22 @@ const KINDS = [
   { kind: 'send', color: '#2ca02c', offset: 0.02 },
   { kind: 'receive', color: '#9aa5b1', offset: 0.02 },
 ];
+const REDISTRIBUTION = { name: 'redistribution', color: '#9467bd', offset: 0.02 };
+
+function bars(events, { name, color, offset }, text, hover) {
+  return {
+    type: 'bar', orientation: 'h', name,
+    y: events.map((e) => e.participant),
+    base: events.map((e) => e.start_s * 1000),
+    x: events.map((e) => Math.max((e.end_s - e.start_s) * 1000, 1e-9)),
+    offset, width: 0.4,
+    text: events.map(text), textposition: 'inside', insidetextanchor: 'middle',
+    textfont: { size: 10, color: '#fff' }, constraintext: 'both',
+    marker: { color, line: { color: '#ffffff', width: 0.5 } },
+    customdata: events.map((e) => [e.microbatch, e.peer || '—', e.start_s * 1000, e.end_s * 1000, e.label || '', e.kind]),
+    hovertemplate: hover,
+  };
+}
 
 function participantOrder(names) {
   const rank = (p) => {
@@ -84,30 +103,27 @@ export class GanttView {
 
   draw(t) {
     const participants = participantOrder(new Set(t.events.map((e) => e.participant)));
-    const traces = KINDS.map(({ kind, color, offset }) => {
-      const events = t.events.filter((e) => e.kind === kind);
-      return {
-        type: 'bar', orientation: 'h', name: kind,
-        y: events.map((e) => e.participant),
-        base: events.map((e) => e.start_s * 1000),
-        x: events.map((e) => Math.max((e.end_s - e.start_s) * 1000, 1e-9)),
-        offset, width: 0.4,
-        text: events.map((e) => String(e.microbatch)), textposition: 'inside', insidetextanchor: 'middle',
-        textfont: { size: 10, color: '#fff' }, constraintext: 'both',
-        marker: { color, line: { color: '#ffffff', width: 0.5 } },
-        customdata: events.map((e) => [e.microbatch, e.peer || '—', e.start_s * 1000, e.end_s * 1000]),
-        hovertemplate: `%{y} · ${kind} micro-batch %{customdata[0]}<br>%{customdata[2]:.4~g} → %{customdata[3]:.4~g} ms<br>peer %{customdata[1]}<extra></extra>`,
-      };
-    });
+    const pipeline = t.events.filter((e) => e.phase !== 'redistribution');
+    const traces = KINDS.map((def) => bars(
+      pipeline.filter((e) => e.kind === def.kind), { ...def, name: def.kind }, (e) => String(e.microbatch),
+      `%{y} · ${def.kind} micro-batch %{customdata[0]}<br>%{customdata[2]:.4~g} → %{customdata[3]:.4~g} ms<br>peer %{customdata[1]}<extra></extra>`,
+    ));
+    traces.push(bars(
+      t.events.filter((e) => e.phase === 'redistribution'), REDISTRIBUTION, () => '',
+      '%{y} · redistribution %{customdata[5]}: %{customdata[4]}<br>%{customdata[2]:.4~g} → %{customdata[3]:.4~g} ms<br>peer %{customdata[1]}<extra></extra>',
+    ));
+    const start = t.redistribution_s * 1000;
     const layout = baseLayout({
       barmode: 'overlay', showlegend: true,
       margin: { l: 64, r: 12, t: 28, b: 44 },
-      xaxis: { title: { text: 'time in the iteration (ms, modeled)' }, gridcolor: '#eef1f5', zeroline: false, automargin: true },
+      xaxis: { title: { text: 'time in the round (ms, modeled): redistribution, then the first iteration' }, gridcolor: '#eef1f5', zeroline: false, automargin: true },
       yaxis: { type: 'category', categoryorder: 'array', categoryarray: participants, autorange: 'reversed', automargin: true },
+      shapes: [{ type: 'line', xref: 'x', yref: 'paper', x0: start, x1: start, y0: 0, y1: 1, line: { color: '#5d6b7c', width: 1, dash: 'dot' } }],
     });
     plotly().react(this.el, traces, layout, PLOT_CONFIG);
-    this.note.textContent = `Round ${t.round}, cluster ${t.cluster}: ${t.schedule}, M = ${t.num_microbatches} micro-batches, `
-      + `makespan ${formatValue(t.makespan_s, 's')}. Upper half of a row: compute; lower half: link.`;
+    this.note.textContent = `Round ${t.round}, cluster ${t.cluster}: redistribution ${formatValue(t.redistribution_s, 's')}, `
+      + `then the first iteration (${t.schedule}, M = ${t.num_microbatches} micro-batches, makespan ${formatValue(t.makespan_s, 's')}). `
+      + 'Upper half of a row: compute; lower half: link.';
     this.el.dataset.round = String(t.round);
   }
 

@@ -1,6 +1,6 @@
 // Per-round curves: loss, eval metrics, perplexity (causal LM runs), the gradient noise scale, round
-// latency and the drift-plus-penalty objective terms, against the round or the modeled elapsed time
-// (X_AXES). History from GET /api/runs/{id}/rounds?fields=...; live rounds appended with extendTraces.
+// latency (with its redistribution phase), the blocks moved and the drift-plus-penalty objective terms,
+// against the round or the modeled elapsed time (X_AXES). History from GET /api/runs/{id}/rounds?fields=...; live rounds appended with extendTraces.
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
@@ -20,6 +20,8 @@ export const FROM_RECORD = {
   latency_s: (r) => r.latency_s,
   makespan_s_max: (r) => max(r.makespan_s),
   aggregation_s: (r) => r.aggregation_s,
+  redistribution_s_max: (r) => max(r.redistribution_s),
+  blocks_moved: (r) => r.blocks_moved,
   objective_latency: (r) => r.objective_latency,
   objective_convergence: (r) => r.objective_convergence,
   objective_energy: (r) => r.objective_energy,
@@ -45,7 +47,14 @@ export const ROUND_CHARTS = [
     id: 'gradient-noise', title: 'Gradient noise scale', unit: '1', log: true, fields: ['gradient_noise_scale'],
     note: 'B_noise = tr(Σ)/|G|² in samples, from micro-batch and accumulated gradient norms, averaged over rounds; log scale',
   },
-  { id: 'round-latency', title: 'Round latency', unit: 's', note: 'latency_s (modeled), slowest cluster\'s makespan_s, aggregation_s', fields: ['latency_s', 'makespan_s_max', 'aggregation_s'] },
+  {
+    id: 'round-latency', title: 'Round latency', unit: 's', fields: ['latency_s', 'makespan_s_max', 'aggregation_s', 'redistribution_s_max'],
+    note: 'latency_s (modeled), slowest cluster\'s makespan_s, aggregation_s, longest redistribution_s (the averaged model, moved optimizer state and segments sent before the first iteration)',
+  },
+  {
+    id: 'block-moves', title: 'Blocks moved', unit: '1', fields: ['blocks_moved'],
+    note: 'blocks_moved: TEBs whose optimizer state changed device since the previous round, all clusters (the decision log has the share of latency they cost)',
+  },
   { id: 'objective', title: 'Objective terms', unit: '1', note: 'V·T (objective_latency), V·λ·G(M), Σ Q_k·E_k', fields: ['objective_latency', 'objective_convergence', 'objective_energy'] },
 ];
 

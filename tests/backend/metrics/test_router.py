@@ -152,7 +152,13 @@ def test_timeline_rebuilds_a_rounds_gantt(api: Api, run_id: int) -> None:
     assert body["schedule"] == "gpipe" and body["num_microbatches"] == 2 and body["makespan_s"] > 0
     participants = {e["participant"] for e in body["events"]}
     assert {"cu", "edge", "c1-d0"} <= participants
-    assert max(e["end_s"] for e in body["events"]) == pytest.approx(body["makespan_s"])
+    # the redistribution phase, then the first iteration from redistribution_s on
+    pipeline = [e for e in body["events"] if e["phase"] == "pipeline"]
+    phase = [e for e in body["events"] if e["phase"] == "redistribution"]
+    assert body["redistribution_s"] > 0 and phase and all(e["microbatch"] == -1 for e in phase)
+    assert max(e["end_s"] for e in phase) == pytest.approx(body["redistribution_s"])
+    assert min(e["start_s"] for e in pipeline) == pytest.approx(body["redistribution_s"])
+    assert max(e["end_s"] for e in pipeline) == pytest.approx(body["redistribution_s"] + body["makespan_s"])
     makespan = api.client.get(
         f"/api/runs/{run_id}/rounds", params={"fields": "makespan_s_max"}, headers=viewer
     ).json()
@@ -174,6 +180,53 @@ def test_export_csv_and_parquet(api: Api, run_id: int) -> None:
     )
     table = pq.read_table(io.BytesIO(parquet.content))
     assert table.num_rows == 12 * 6 and "energy_j" in table.column_names
+
+
+def test_blocks_moved_are_stored_served_exported_and_drawn(api: Api) -> None:
+    run_id = _finished_run(api, training={"rounds": 4}, scheduler={"policy": "random"})
+    viewer = api.as_("viewer")
+    with api.session_factory() as session:
+        rows = session.execute(
+            select(RoundMetric.blocks_moved, RoundMetric.record)
+            .where(RoundMetric.run_id == run_id)
+            .order_by(RoundMetric.round)
+        ).all()
+    records = [record for _, record in rows]
+    assert [column for column, _ in rows] == [r["blocks_moved"] for r in records]
+    assert records[0]["blocks_moved"] == 0 and sum(r["blocks_moved"] for r in records) > 0
+    fields = ["blocks_moved", "redistribution_s_max", "moves_latency_share"]
+    series = api.client.get(
+        f"/api/runs/{run_id}/rounds", params={"fields": fields, "method": "none"}, headers=viewer
+    ).json()["series"]
+    assert series["blocks_moved"]["value"] == [r["blocks_moved"] for r in records]
+    assert series["redistribution_s_max"]["value"] == pytest.approx(
+        [max(r["redistribution_s"]) for r in records]
+    )
+    assert series["moves_latency_share"]["value"] == pytest.approx(
+        [r["moves_latency_share"] for r in records]
+    )
+    log = api.client.get(f"/api/runs/{run_id}/decisions", headers=viewer).json()["items"]
+    assert [(d["blocks_moved"], d["moves_latency_share"]) for d in log] == [
+        (r["blocks_moved"], r["moves_latency_share"]) for r in records
+    ]
+    export = api.client.get(f"/api/runs/{run_id}/export", params={"format": "csv"}, headers=viewer)
+    exported = list(csv.DictReader(io.StringIO(export.text)))
+    assert [int(r["blocks_moved"]) for r in exported] == [r["blocks_moved"] for r in records]
+    # the Gantt of a round with moves: the previous holders send their blocks' optimizer state
+    moved_round = next(i for i, r in enumerate(records) if r["blocks_moved"] > 0)
+    uploads = []
+    for cluster in range(2):
+        params = {"round": moved_round, "cluster": cluster}
+        body = api.client.get(f"/api/runs/{run_id}/timeline", params=params, headers=viewer).json()
+        assert body["redistribution_s"] == pytest.approx(records[moved_round]["redistribution_s"][cluster])
+        uploads += [
+            e
+            for e in body["events"]
+            if e["phase"] == "redistribution"
+            and e["kind"] == "send"
+            and e["participant"] not in ("edge", "cu")
+        ]
+    assert uploads and all(e["peer"] == "cu" and e["label"].startswith("optimizer state of") for e in uploads)
 
 
 NOISE_FIELDS = ["gradient_noise_scale", "gradient_variance", "gradient_sq_norm"]

@@ -206,6 +206,20 @@ def test_a_fork_replays_the_parent_to_round_k_then_switches(session_factory: Fac
     assert fork_records[:3] == parent_records[:3]
     assert [r["policy"] for r in fork_records] == ["uniform"] * 3 + ["fixed"] * 3
     assert fork_records[3]["decision"] != parent_records[3]["decision"]
+    # the switch moves blocks: round 3 is charged against the placement the replay left at round 2
+    moved = _moved_blocks(parent_records[2]["decision"], fork_records[3]["decision"])
+    assert moved > 0 and fork_records[3]["blocks_moved"] == moved
+    assert fork_records[4]["blocks_moved"] == 0
+
+
+def _moved_blocks(before: dict[str, Any], after: dict[str, Any]) -> int:
+    """TEBs whose device differs between two pipeline decisions (segments contiguous in device order)."""
+    moved = 0
+    for old, new in zip(before["clusters"], after["clusters"], strict=True):
+        holder_old = [k for k, d in enumerate(old["devices"]) for _ in range(d["num_blocks"])]
+        holder_new = [k for k, d in enumerate(new["devices"]) for _ in range(d["num_blocks"])]
+        moved += sum(a != b for a, b in zip(holder_old, holder_new, strict=True))
+    return moved
 
 
 def test_a_fork_resumed_mid_replay_finishes_identically(session_factory: Factory, tmp_path: Path) -> None:

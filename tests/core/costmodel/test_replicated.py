@@ -59,7 +59,10 @@ def test_replicated_round_follows_the_documented_formulas() -> None:
         8 * prof.bytes_per_element * (prof.embedding_params + prof.encoder_params) / sc.cu_uplink_rate_bps
     )
     assert ev.aggregation_s == pytest.approx(gather.max() + upload)
-    assert ev.latency_s == pytest.approx(it * iteration.max() + ev.aggregation_s)
+    # redistribution (no previous round): the averaged model to the CU, then the encoder to each participant
+    redistribution = upload + gather.max(axis=1)
+    assert np.allclose(ev.redistribution_s, redistribution)
+    assert ev.latency_s == pytest.approx(np.max(redistribution + it * iteration) + ev.aggregation_s)
     memory = np.where(
         on,
         L * prof.block_state_bytes + share * L * prof.block_activation_bytes + sc.runtime_overhead_bytes,

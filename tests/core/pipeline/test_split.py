@@ -9,7 +9,6 @@ from collapipe_core.config import ModelConfig
 from collapipe_core.models import EncoderStackModel, build_model, loss_for
 from collapipe_core.pipeline.split import (
     accumulate_microbatches,
-    plan_segments,
     split_model,
     stage_param_names,
 )
@@ -76,38 +75,10 @@ def assert_grads_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
 # --- the plan -------------------------------------------------------------------------------------
 
 
-def test_plan_gives_contiguous_ranges_in_device_order() -> None:
-    assert plan_segments([2, 0, 3, 1]) == (range(0, 2), range(2, 2), range(2, 5), range(5, 6))
-    assert plan_segments([0, 0, 6, 0]) == (range(0, 0), range(0, 0), range(0, 6), range(6, 6))
-    assert plan_segments([]) == ()
-
-
-@pytest.mark.parametrize(
-    ("num_blocks", "message"),
-    [
-        ([2, -1, 5], r"num_blocks\[1\] = -1 is negative"),
-        ([2, 1.5, 3], r"num_blocks\[1\] = 1.5 is not an integer"),
-        (["2", 4], r"num_blocks\[0\] = '2' is not an integer"),
-        ([True, 5], r"num_blocks\[0\] = True is not an integer"),
-    ],
-)
-def test_plan_refuses_bad_entries(num_blocks: list[object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        plan_segments(num_blocks)  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize(("num_blocks", "placed"), [([2, 0, 3], 5), ([4, 4], 8), ([0, 0], 0)])
 def test_split_refuses_a_vector_that_does_not_place_every_teb(num_blocks: list[int], placed: int) -> None:
     with pytest.raises(ValueError, match=rf"places {placed} TEBs but the model has 6; .* sum to"):
         split_model(make_model("classifier"), num_blocks)
-
-
-def test_numpy_style_integers_are_accepted() -> None:
-    class Index:  # anything with __index__, as numpy integers have
-        def __index__(self) -> int:
-            return 3
-
-    assert plan_segments([Index(), Index()]) == (range(0, 3), range(3, 6))  # type: ignore[list-item]
 
 
 # --- the stages -----------------------------------------------------------------------------------
