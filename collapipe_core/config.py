@@ -409,6 +409,12 @@ class SchedulerConfig(_Section):
         alias="lambda",
         description="λ: weight of the convergence term G(M)",
     )
+    convergence: Literal["variance", "noise_scale"] = Field(
+        default="variance",
+        description="the objective's convergence term: 'variance', V·(T + λ·σ²/(b·ΣM)) with the set σ²; or "
+        "'noise_scale', V·T·(1 + B_noise/(b·ΣM)), the modeled time per unit of training progress with the "
+        "gradient noise scale measured in training (scheduler.gradient_noise_scale until it is)",
+    )
     gradient_variance: float = Field(default=1.0, ge=0.0, le=MAX_FLOAT, description="σ² of G(M) = σ²/(N·M·b)")
     gradient_noise_scale: PositiveFloat | None = Field(
         default=None,
@@ -437,6 +443,15 @@ class SchedulerConfig(_Section):
                 "`collapipe calibrate CONFIG`, or leave it out"
             )
         return value
+
+    @model_validator(mode="after")
+    def _noise_scale_for_its_term(self) -> SchedulerConfig:
+        if self.convergence == "noise_scale" and self.gradient_noise_scale is None:
+            raise ValueError(
+                "scheduler.convergence 'noise_scale' needs scheduler.gradient_noise_scale for the rounds "
+                "before training measures it: `collapipe calibrate CONFIG` measures it and writes it"
+            )
+        return self
 
 
 Executor = Literal["analytic", "simulated", "distributed"]

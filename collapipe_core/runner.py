@@ -158,7 +158,7 @@ class Runner:
         return summary
 
     def run_round(self, t: int) -> RoundResult:
-        state = observe(self.env, t, self.queues, self.previous)
+        state = observe(self.env, t, self.queues, self.previous, self.gradient_noise.noise_scale)
         started = time.perf_counter()
         decision = self.policy.decide(state)
         solve_time = time.perf_counter() - started

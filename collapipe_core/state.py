@@ -43,6 +43,8 @@ class Settings:
     V: float
     lambda_: float
     gradient_variance: float  # σ²
+    convergence: Literal["variance", "noise_scale"]  # the objective's convergence term
+    gradient_noise_scale: float | None  # B_noise from the config (samples)
     num_microbatches: int  # M of fixed-M baselines
     max_microbatches: int
     samples_per_cluster: int
@@ -59,6 +61,8 @@ class Settings:
             V=s.V,
             lambda_=s.lambda_,
             gradient_variance=s.gradient_variance,
+            convergence=s.convergence,
+            gradient_noise_scale=s.gradient_noise_scale,
             num_microbatches=s.num_microbatches,
             max_microbatches=s.max_microbatches,
             samples_per_cluster=config.data.samples_per_cluster,
@@ -136,6 +140,15 @@ class RoundState:
     # the previous round's segments δ_prev, rates r_prev and powers p_prev; None at a run's first round
     # (or for a state built without one): no block changes device, the segments' weights are still sent
     previous: Placement | None = None
+    # B_noise measured in training so far (samples; the runner's average), None before any measurement
+    measured_noise_scale: float | None = None
+
+    @property
+    def noise_scale(self) -> float:
+        """B_noise for the objective: measured in training, else the config's (0 when neither)."""
+        if self.measured_noise_scale is not None:
+            return self.measured_noise_scale
+        return self.settings.gradient_noise_scale or 0.0
 
     @property
     def scenario(self) -> Scenario:
@@ -218,6 +231,7 @@ def observe(
     round_index: int,
     queues: FloatArray | None = None,
     previous: Placement | None = None,
+    measured_noise_scale: float | None = None,
 ) -> RoundState:
     """The state of round ``round_index``: identical for every policy given the same environment,
     queues and ``previous`` placement (the one the round before left, None for the first round)."""
@@ -246,6 +260,7 @@ def observe(
         speed_factor=speed,
         queues=q,
         previous=previous,
+        measured_noise_scale=measured_noise_scale,
     )
 
 

@@ -29,7 +29,9 @@ All arrays are (N, K): cluster n, device k. Per micro-batch of b samples:
   "+ 1" the backward working set of one micro-batch through one TEB and the last term the pipeline's
   receive buffers (each micro-batch's activation in and gradient in). Within 10 % of the tensor peak
   measured on distributed ranks (docs/distributed.md); :func:`device_memory_bytes`.
-- convergence term: G = σ² / (b · Σ_n M_n); objective = V·(T + λ·G) + Σ_k Q_k·E_k.
+- convergence term (``scheduler.convergence``, :func:`penalty_terms`): ``variance`` G = σ²/(b·Σ_n M_n),
+  objective = V·(T + λ·G) + Σ_k Q_k·E_k; ``noise_scale`` G = B_noise/(b·Σ_n M_n), objective = V·T·(1 + G)
+  + Σ_k Q_k·E_k (modeled time per unit of training progress, B_noise measured in training).
 """
 
 from __future__ import annotations
@@ -69,10 +71,10 @@ class Evaluation:
     idle_s: FloatArray  # (N, K) per round: pipeline time neither computing nor transmitting
     energy_j: FloatArray  # (N, K)
     memory_bytes: FloatArray  # (N, K)
-    convergence: float  # G(M)
+    convergence: float  # G(M): σ²/(b·ΣM) or B_noise/(b·ΣM) (penalty_terms)
     objective: float
     objective_latency: float  # V·T
-    objective_convergence: float  # V·λ·G
+    objective_convergence: float  # V·λ·G, or V·T·G with the noise-scale term
     objective_energy: float  # Σ Q·E
     violations: tuple[str, ...]
 
@@ -89,6 +91,47 @@ class Evaluation:
     def blocks_moved(self) -> IntArray:
         """(N,) TEBs whose optimizer state changed device, per cluster."""
         return self.redistribution.blocks_moved
+
+
+def penalty_terms(
+    convergence: str,
+    V: float,
+    lambda_: float,
+    variance: float,
+    noise_scale: float,
+    batch: FloatArray | float,
+    latency: FloatArray | float,
+) -> tuple[FloatArray, FloatArray]:
+    """(G, the convergence part of the penalty) of rounds of latency T training a batch b·Σ_n M_n (any
+    broadcast shapes); the penalty is V·T + that part:
+
+    - ``variance``:    G = σ²/(b·ΣM),       part V·λ·G             (penalty V·(T + λ·σ²/(b·ΣM)))
+    - ``noise_scale``: G = B_noise/(b·ΣM),  part V·T·G             (penalty V·T/progress, progress =
+      b·ΣM/(b·ΣM + B_noise): a step of batch B makes B/(B + B_noise) of the progress of an infinitely large
+      one, McCandlish et al. 2018, "An Empirical Model of Large-Batch Training")
+
+    The one place both terms are written: the cost model and the schedulers' closed form call it."""
+    b = np.asarray(batch, dtype=np.float64)
+    if convergence == "noise_scale":
+        g = noise_scale / b
+        return g, V * np.asarray(latency, dtype=np.float64) * g
+    g = variance / b
+    return g, V * lambda_ * g
+
+
+def convergence_terms(state: RoundState, latency: float, total_micro: float) -> tuple[float, float]:
+    """:func:`penalty_terms` of one round of ``state``."""
+    st = state.settings
+    g, part = penalty_terms(
+        st.convergence,
+        st.V,
+        st.lambda_,
+        st.gradient_variance,
+        state.noise_scale,
+        st.microbatch_size * total_micro,
+        latency,
+    )
+    return float(g), float(part)
 
 
 def link_rate_bps(
@@ -260,9 +303,8 @@ def evaluate(state: RoundState, decision: Decision) -> Evaluation:
     bubble = np.where(scheduled_count > 0, 1.0 - busy_fraction, 1.0)
 
     # -- objective ---------------------------------------------------------------------------------
-    convergence = st.gradient_variance / (b * float(micro.sum()))
+    convergence, obj_convergence = convergence_terms(state, latency, float(micro.sum()))
     obj_latency = st.V * latency
-    obj_convergence = st.V * st.lambda_ * convergence
     obj_energy = float(np.sum(state.queues * energy))
     return Evaluation(
         latency_s=latency,

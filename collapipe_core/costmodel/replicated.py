@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from collapipe_core.costmodel.evaluate import Evaluation, link_rate_bps
+from collapipe_core.costmodel.evaluate import Evaluation, convergence_terms, link_rate_bps
 from collapipe_core.costmodel.redistribution import model_transfer_s, redistribution, round_latency_s
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray, device_id
@@ -87,8 +87,8 @@ def evaluate_replicated(state: RoundState, decision: Decision) -> Evaluation:
     )
     with np.errstate(invalid="ignore", divide="ignore"):
         busy = compute.sum(axis=1) / (count * iters * iteration)
-    convergence = st.gradient_variance / (b * float(micro.sum()))
-    obj_latency, obj_convergence = st.V * latency, st.V * st.lambda_ * convergence
+    convergence, obj_convergence = convergence_terms(state, latency, float(micro.sum()))
+    obj_latency = st.V * latency
     obj_energy = float(np.sum(state.queues * energy))
     return Evaluation(
         latency_s=latency,

@@ -12,6 +12,9 @@
 - **Moves** (:func:`best_moves`): t TEBs from a device i to a device j of one cluster, t ∈ {1, ⌈δ_i/2⌉,
   δ_i − 1, δ_i}, ranked by the link models' costs at the cluster's M; the best few of each model (a local
   search around the DP's optimum, judged by the driver with links re-solved).
+- **Staying** (:func:`staying`): the previous round's placement, which moves no TEB. What a move costs
+  (its optimizer state's transfers, :func:`~collapipe_core.scheduler.problem.transfers`) depends on where
+  the TEBs were, which the DP and the link models do not see; the driver scores every candidate with it.
 """
 
 from __future__ import annotations
@@ -98,9 +101,10 @@ def segment_step(
     groups = [every if s.every_micro else (mine, micro[mine]) for s in row_sets]
     cluster = np.concatenate([c for c, _ in groups])
     m_rows = np.concatenate([m for _, m in groups])
+    factor = pr.latency_factor(m_rows + micro.sum() - micro[cluster])  # the penalty's weight of T, ÷ V
     weights = (
-        np.concatenate([s.pipeline_weight[c] for s, (c, _) in zip(row_sets, groups, strict=True)]),
-        np.concatenate([s.gather_weight[c] for s, (c, _) in zip(row_sets, groups, strict=True)]),
+        np.concatenate([s.pipeline_weight[c] for s, (c, _) in zip(row_sets, groups, strict=True)]) * factor,
+        np.concatenate([s.gather_weight[c] for s, (c, _) in zip(row_sets, groups, strict=True)]) * factor,
     )
     floor = np.zeros(cluster.size)
     if n > 1:
@@ -116,7 +120,7 @@ def segment_step(
     seed = np.concatenate([incumbent[cluster]] * len(models))
     found, cost = best_segments(SegmentCosts.concatenate(parts), pr.num_blocks, seed, THRESHOLDS)
     others = micro.sum() - micro
-    convergence = pr.V * pr.lambda_ * pr.gradient_variance / (pr.microbatch_size * (m_rows + others[cluster]))
+    convergence = pr.convergence_gain / (m_rows + others[cluster])
     value = cost + np.tile(convergence, len(models))
     fits = np.isfinite(value)
     out = Candidates(
@@ -216,7 +220,39 @@ def candidates(
         row_sets += [RowSet(ones, ones, gather_floor=False, every_micro=False)]
         row_sets += [RowSet(w * ones, v * ones, every_micro=False) for w, v in ((0.3, 1.0), (0.0, 1.0))]
     proposed, model_rows = segment_step(pr, solution, solution[0], row_sets, active)
-    parts = [proposed, best_moves(pr, solution, active, model_rows)]
+    parts = [proposed, best_moves(pr, solution, active, model_rows), staying(pr, solution[1], active)]
     if wide:
         parts.append(alternatives(pr, solution, active))
     return Candidates.concatenate(parts).distinct()
+
+
+def staying(pr: RoundProblem, micro: IntArray, active: np.ndarray) -> Candidates:
+    """The previous round's placement of each active cluster, at every candidate M: the placement that moves
+    no TEB, or, where a device can no longer hold its TEBs (unavailable, or short of memory at that M), the
+    fewest moves that repair it (:func:`repaired`). The DP does not see what moves cost (it depends on where
+    each TEB was); the driver scores every candidate with it."""
+    if pr.previous_delta is None:
+        empty = np.zeros(0, dtype=np.int64)
+        return Candidates(empty, np.zeros((0, pr.shape[1]), dtype=np.int64), empty, np.zeros(0))
+    cluster, m_rows = micro_candidates(pr, micro, np.flatnonzero(active))
+    caps = pr.rows(cluster).memory_caps(m_rows)
+    delta = repaired(pr.previous_delta[cluster], caps, pr.num_blocks)
+    fits = delta.sum(axis=1) == pr.num_blocks
+    return Candidates(cluster[fits], delta[fits], m_rows[fits], np.zeros(int(fits.sum())))
+
+
+def repaired(previous: IntArray, caps: IntArray, blocks: int) -> IntArray:
+    """Each row's δ (R, K) within its caps, moving as few TEBs as possible from ``previous``: a device over
+    its cap keeps what it can hold, and the TEBs it gives up go to the nearest devices with room (the next
+    ones first); rows whose caps hold fewer than L TEBs keep a short δ."""
+    delta = np.minimum(previous, caps)
+    k = previous.shape[1]
+    for row in np.flatnonzero(delta.sum(axis=1) < blocks):
+        left = blocks - int(delta[row].sum())
+        over = np.flatnonzero(previous[row] > caps[row])
+        origin = int(over[0]) if over.size else 0
+        for j in sorted(range(k), key=lambda j: (abs(j - origin), j < origin)):
+            take = min(left, int(caps[row, j] - delta[row, j]))
+            delta[row, j] += take
+            left -= take
+    return delta

@@ -1,17 +1,17 @@
 """How the clusters are coupled: the links of every cluster for a menu of weights, and the choice of one
 option per cluster that minimises the round's objective.
 
-Clusters share only the round latency's two maxima, max_n I·T^pipe_n and max_n A_n, and the convergence
-term λ·σ²/(b·Σ_n M_n). A cluster that is not the bottleneck of a maximum gains nothing from being faster
-there and should spend less energy instead: with Lagrange weights w_n, v_n ∈ [0, 1] on its pipeline and
-gather times its links minimise w_n·V·I·T^pipe_n + v_n·V·A_n + Σ_k Q_k·E_k (the link step, rows of single
-clusters); at the joint optimum the weights of the clusters at each maximum sum to one and the others'
-are zero. Each cluster's links are solved for every pair (w, v) of a menu, then :func:`select` chooses
-one option per cluster to minimise J (:func:`~collapipe_core.scheduler.problem.round_objective`): over
-every combination when there are few (W^N ≤ 20,000); else, for up to four clusters, exactly by
-enumerating the levels (Π̄, Ā) of the two maxima among the options' values (under a level pair each
-cluster takes its cheapest option within both); beyond, by simultaneous best responses (each cluster
-given the others' maxima, four sweeps, the best assignment kept).
+Clusters share only the round latency's two maxima, max_n (R_n + I·T^pipe_n) and max_n A_n, and the
+convergence term λ·σ²/(b·Σ_n M_n). A cluster that is not the bottleneck of a maximum gains nothing from
+being faster there and should spend less energy instead: with Lagrange weights w_n, v_n ∈ [0, 1] on its
+pipeline and gather times its links minimise w_n·V·(R_n + I·T^pipe_n) + v_n·V·A_n + Σ_k Q_k·E_k (the link
+step, rows of single clusters); at the joint optimum the weights of the clusters at each maximum sum to one
+and the others' are zero. Each cluster's links are solved for every pair (w, v) of a menu, then
+:func:`select` chooses one option per cluster to minimise J
+(:func:`~collapipe_core.scheduler.problem.round_objective`): over every combination when there are few (W^N
+≤ 20,000); else, for up to four clusters, exactly by enumerating the levels (Π̄, Ā) of the two maxima among
+the options' values (under a level pair each cluster takes its cheapest option within both); beyond, by
+simultaneous best responses (each cluster given the others' maxima, four sweeps, the best assignment kept).
 
 :class:`LinkCache` solves each distinct single-cluster link problem of a round once.
 """
@@ -51,8 +51,12 @@ class LinkCache:
         pipeline_weight: FloatArray,
         gather_weight: FloatArray,
         rounds: int,
+        total_micro: FloatArray | IntArray,
     ) -> tuple[FloatArray, FloatArray]:
-        """β, p (R, K) for rows: cluster (R,), δ (R, K), M, w, v (R,)."""
+        """β, p (R, K) for rows: cluster (R,), δ (R, K), M, w, v (R,) in solutions training Σ M micro-batches
+        (``total_micro`` (R,)): w and v are scaled by the penalty's weight of the latency there."""
+        factor = self.problem.latency_factor(total_micro)
+        pipeline_weight, gather_weight = pipeline_weight * factor, gather_weight * factor
         rows = cluster.shape[0]
         key_rows = np.empty((rows, 5 + delta.shape[1]))
         key_rows[:, 0], key_rows[:, 1], key_rows[:, 2] = cluster, micro, pipeline_weight
@@ -92,7 +96,7 @@ class Options:
 
     beta: FloatArray  # (..., W, N, K)
     power: FloatArray  # (..., W, N, K)
-    pipe: FloatArray  # (..., W, N) I·T^pipe_n
+    pipe: FloatArray  # (..., W, N) R_n + I·T^pipe_n
     gather: FloatArray  # (..., W, N)
     energy: FloatArray  # (..., W, N) Σ_k Q_k·E_k
 
@@ -116,11 +120,12 @@ def options(
         np.broadcast_to(pipe_w[:, None], shape).reshape(-1),
         np.broadcast_to(gather_w[:, None], shape).reshape(-1),
         rounds,
+        np.broadcast_to(micro.sum(axis=1)[:, None, None], shape).reshape(-1),
     )
     beta, power = beta.reshape(d.shape), power.reshape(d.shape)
     c = costs(pr, d, m, pr.time_per_bit(beta, power), power)
     energy = np.sum(pr.queues * c.energy_j, axis=-1)
-    return Options(beta, power, pr.iterations * c.pipeline_s, c.gather_s, energy)
+    return Options(beta, power, c.train_s, c.gather_s, energy)
 
 
 def coupled_links(
@@ -140,7 +145,8 @@ def weighted_links(
     if n == 1 or len(weights) == 1:
         ones = np.ones(s_count * n)
         cluster = np.broadcast_to(np.arange(n), (s_count, n)).reshape(-1)
-        beta, power = cache.links(cluster, delta.reshape(-1, k), micro.reshape(-1), ones, ones, rounds)
+        total = np.repeat(micro.sum(axis=1), n)
+        beta, power = cache.links(cluster, delta.reshape(-1, k), micro.reshape(-1), ones, ones, rounds, total)
         return (
             beta.reshape(delta.shape),
             power.reshape(delta.shape),
@@ -168,7 +174,7 @@ def select(
     micro: FloatArray | None = None,
 ) -> IntArray:
     """One option (S, N) per cluster minimising J (:func:`round_objective`); per option (S, W, N) its
-    I·T^pipe_n, gather time, Σ_k Q_k·E_k and M_n (missing options: pipe = ∞; ``micro`` None: the same M
+    R_n + I·T^pipe_n, gather time, Σ_k Q_k·E_k and M_n (missing options: pipe = ∞; ``micro`` None: the same M
     for every option, the convergence term left out)."""
     m = np.ones(pipe.shape) if micro is None else micro
     index, (pipe, gather, energy, m) = _undominated(pipe, gather, energy, m)
@@ -179,7 +185,7 @@ def select(
 def _undominated(
     pipe: FloatArray, gather: FloatArray, energy: FloatArray, micro: FloatArray
 ) -> tuple[IntArray, list[FloatArray]]:
-    """The options (S, W', N) no other option of the same cluster dominates (no worse in I·T^pipe, gather
+    """The options (S, W', N) no other option of the same cluster dominates (no worse in R + I·T^pipe, gather
     time, energy and −M, better in one; of equal ones the first), moved to the front, with their original
     indices; the slots left over are missing (pipe ∞). A dominated option is never needed: the one that
     dominates it gives a J no higher."""
@@ -252,7 +258,7 @@ def _levels(
     ok = (pipe[:, None, None] <= levels_p[:, :, None, None, None] * (1 + 1e-12)) & (
         gather[:, None, None] <= levels_g[:, None, :, None, None] * (1 + 1e-12)
     )  # (S, P, G, W, N)
-    gain = pr.V * pr.lambda_ * pr.gradient_variance / pr.microbatch_size
+    gain = pr.convergence_gain
     total = np.sum(micro[:, 0], axis=1)  # the first option's M: the current ones
     best_pick, best_value = np.zeros((s_count, n), dtype=np.int64), np.full(s_count, np.inf)
     same_micro = bool(np.all(micro == micro[:, :1]))
@@ -295,7 +301,7 @@ def _best_responses(
                 np.maximum(pipe, others_max(now[0])[:, None])
                 + np.maximum(gather, others_max(now[1])[:, None])
             )
-            + pr.V * pr.lambda_ * pr.gradient_variance / (pr.microbatch_size * (micro + others_m[:, None]))
+            + pr.convergence_gain / (micro + others_m[:, None])
             + energy
         )
         pick = np.argmin(cost, axis=1)

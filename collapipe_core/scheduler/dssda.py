@@ -2,7 +2,10 @@
 
 Each round minimises the drift-plus-penalty bound of evaluate()'s model,
 
-    J(δ, M, β, p) = V·(T(t) + λ·G(M)) + Σ_k Q_k(t)·E_k(t)      (problem.py: costs, round_objective)
+    J(δ, M, β, p) = penalty(T(t), Σ_n M_n) + Σ_k Q_k(t)·E_k(t)      (problem.py: costs, round_objective)
+
+with the penalty V·(T + λ·σ²/(b·Σ M)) (``variance``) or V·T·(1 + B_noise/(b·Σ M)), the modeled time per
+unit of training progress (``noise_scale``),
 
 over segments δ, micro-batches M_n, bandwidth shares β and powers p, by block-coordinate descent:
 
@@ -16,7 +19,9 @@ over segments δ, micro-batches M_n, bandwidth shares β and powers p, by block-
 - then the joint M step and links coupled across clusters (the weights w_n, v_n of each cluster's
   pipeline and gather times, chosen from a menu).
 
-Passes repeat until one over every cluster no longer lowers J by 1e-9 (relative); after an improving pass
+With the noise-scale convergence term (``problem.penalty``), each pass's steps weigh micro-batches at
+the latency of the solution it starts from (T̂); every candidate is scored exactly. Passes repeat until
+one over every cluster no longer lowers J by 1e-9 (relative); after an improving pass
 only the clusters that changed or sit at a maximum get new candidates. Two descents run from the same
 start — the wide neighbourhood (all row sets and alternatives) throughout, and the narrow one first,
 widening when it converges — and the better result is polished (M for its links, links coupled with a
@@ -27,6 +32,8 @@ placement fits in memory is refused with a ValueError naming the devices and the
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -58,7 +65,7 @@ MAX_PASSES = 16  # per descent
 PASS_WEIGHTS = (1.0, 0.3, 0.0)  # the weight menu of the coupled links after each pass
 JOINT_CHUNK = 16  # candidates per batch of the joint M step
 
-Figures = tuple[FloatArray, FloatArray, FloatArray, FloatArray]  # I·T^pipe, gather time, Σ Q·E, M
+Figures = tuple[FloatArray, FloatArray, FloatArray, FloatArray]  # R + I·T^pipe, gather time, Σ Q·E, M
 
 
 def solve(state: RoundState, use_queues: bool = True) -> tuple[Decision, float]:
@@ -92,10 +99,36 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     fine = (delta, micro, beta, power)
     if objective(pr, fine) < current:
         solution, current = fine, objective(pr, fine)
+    if n > 1:
+        solution, current = _micro_neighbours(pr, cache, solution, current)
     decision = Decision.from_arrays(
         solution[0], solution[2], solution[3], solution[1], solver_iterations=passes
     )
     return decision, current
+
+
+def _micro_neighbours(
+    pr: RoundProblem, cache: LinkCache, solution: Solution, current: float
+) -> tuple[Solution, float]:
+    """M_n ± 1 of one cluster at a time with every cluster's links coupled again, while that lowers J: the
+    joint change of M and links that the steps, each fixing the other, cannot make (a cluster that takes one
+    more micro-batch becomes the bottleneck, and the others then slow their links to save energy)."""
+    for _ in range(MAX_PASSES):
+        delta, micro = solution[0], solution[1]
+        limit = np.minimum(pr.memory_limit(delta), pr.microbatch_limit)
+        moves = np.concatenate([np.eye(pr.shape[0], dtype=np.int64), -np.eye(pr.shape[0], dtype=np.int64)])
+        micros = micro + moves
+        micros = micros[np.all((micros >= 1) & (micros <= limit), axis=1)]
+        if micros.shape[0] == 0:
+            break
+        deltas = np.repeat(delta[None], micros.shape[0], axis=0)
+        beta, power = coupled_links(cache, deltas, micros, 2)
+        values = costs(pr, deltas, micros, pr.time_per_bit(beta, power), power).objective
+        i = int(np.argmin(values))
+        if values[i] >= current * (1 - TOLERANCE):
+            break
+        solution, current = (delta, micros[i], beta[i], power[i]), float(values[i])
+    return solution, current
 
 
 def _descend(
@@ -115,6 +148,7 @@ def _descend(
     kept: dict[int, Candidates] = {}
     while passes < MAX_PASSES and level < 2:
         passes += 1
+        pr = _estimated(pr, solution)
         new, new_weights = _pass(pr, cache, solution, current, weights, level == 1, active, kept)
         value = objective(pr, new)
         if value >= current * (1 - TOLERANCE):
@@ -162,7 +196,8 @@ def _pass(
     ones = np.ones(cand.owner.size)
     pipeline_w = np.concatenate([ones, w[cand.owner[own]]])
     gather_w = np.concatenate([ones, v[cand.owner[own]]])
-    beta, power = cache.links(owner, delta, micro, pipeline_w, gather_w, 2)
+    total = micro + solution[1].sum() - solution[1][owner]
+    beta, power = cache.links(owner, delta, micro, pipeline_w, gather_w, 2, total)
     new = _accept(pr, solution, owner, (delta, micro, beta, power), current)
     if pr.shape[0] == 1:
         return new, weights
@@ -173,6 +208,16 @@ def _pass(
         choices.append((w_new, v_new))
     best = int(np.argmin([objective(pr, o) for o in options]))
     return options[best], choices[max(best, 1)]
+
+
+def _estimated(pr: RoundProblem, solution: Solution) -> RoundProblem:
+    """With the noise-scale term, the problem with T̂ = the solution's latency (the steps' convergence gain
+    V·T̂·B_noise/b, :attr:`RoundProblem.convergence_gain`); the variance term needs no estimate."""
+    if pr.convergence != "noise_scale":
+        return pr
+    delta, micro, beta, power = solution
+    latency = float(costs(pr, delta, micro, pr.time_per_bit(beta, power), power).latency_s)
+    return dataclasses.replace(pr, latency_estimate=latency)
 
 
 def _subset(c: Candidates, mask: np.ndarray) -> Candidates:
@@ -244,12 +289,12 @@ def _accept(
 
 
 def _figures(pr: RoundProblem, solution: Solution, owner: IntArray | None = None) -> Figures:
-    """Per cluster (with ``owner``: per single-cluster row) I·T^pipe, the gather time, Σ_k Q_k·E_k and M."""
+    """Per cluster (with ``owner``: per single-cluster row) R + I·T^pipe, the gather time, Σ_k Q_k·E_k, M."""
     problem = pr if owner is None else pr.rows(owner)
     delta, micro, beta, power = solution
     c = costs(problem, delta, micro, problem.time_per_bit(beta, power), power)
     energy = np.sum(problem.queues * c.energy_j, axis=-1)
-    return problem.iterations * c.pipeline_s, c.gather_s, energy, np.asarray(micro, dtype=np.float64)
+    return c.train_s, c.gather_s, energy, np.asarray(micro, dtype=np.float64)
 
 
 def _single_changes(pr: RoundProblem, now: Figures, new: Figures, owner: IntArray) -> FloatArray:

@@ -5,9 +5,12 @@ each scheduled link's rate as r_k = β_k·W·ℓ(x_k), ℓ(x) = log2(1 + x), x_k
 and u_k = 1/r_k. With weights w, v on the cluster's pipeline and gather times (1 for a lone cluster; the
 cluster step chooses them when clusters are coupled through the maxima), the link-dependent cost is
 
-    Lat(u) = a·Σ_k u_k + c1·[max(c^F, P·z1) + max(c^B, P·z1)] + c2·max(Γ_f, B·z2),
+    Lat(u) = a·Σ_k u_k + c1·[max(c^F, P·z1) + max(c^B, P·z1)] + c2·max(Γ_f, B·z2) + w·V·B·z2,
     z1 = max_k u_k,  z2 = max_k δ_k·u_k,  a = 2·w·V·I·P,  c1 = w·V·I·(M − 1),  c2 = v·V,
     c^F = max(c_F, max_k δ_k·a_k),  c^B = max(c_B, 2·max_k δ_k·a_k)
+
+(the last term: the redistribution's download of each device's TEBs, part of the cluster's time R_n; the
+optimizer state of TEBs that change holder is left out here, and counted where every candidate is scored)
 
 plus the transmit energy Σ_k A_k·x_k/ℓ(x_k), A_k = Q_k·bits_k·N0/h_k, bits_k = 2·I·M·P + δ_k·B, which at a
 fixed SNR does not depend on β. Two blocks alternate:
@@ -45,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapipe_core.network import BoolArray, FloatArray
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet, take_last
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, moved_blocks, quiet, take_last
 
 PRICES = 3
 NEWTON_STEPS = 40
@@ -61,6 +64,7 @@ class LinkTerms:
     a: FloatArray  # weight of Σ_k u_k
     c1: FloatArray  # weight of the stage maxima
     c2: FloatArray  # weight of the gather maximum
+    download: FloatArray  # weight of the redistribution's download B·z2 (the cluster's pipeline weight × V)
     stage_f: FloatArray  # c^F
     stage_b: FloatArray  # c^B
     gather_floor: FloatArray  # Γ_f, seconds
@@ -80,6 +84,7 @@ def link_terms(
         a=2.0 * pipeline_weight * pr.V * pr.iterations * pr.payload_bits,
         c1=pipeline_weight * pr.V * pr.iterations * (micro - 1.0),
         c2=gather_weight * pr.V,
+        download=pipeline_weight * pr.V,
         stage_f=np.maximum(pr.chain_max_forward_s, x),
         stage_b=np.maximum(pr.chain_max_backward_s, 2.0 * x),
         gather_floor=np.asarray(gather_floor, dtype=np.float64),
@@ -99,21 +104,32 @@ def allocate(
     rows = pr.rows(cluster)
     m = np.asarray(micro, dtype=np.float64)
     terms = link_terms(rows, delta, m, pipeline_weight, gather_weight, np.zeros(m.shape))
-    beta, power, _ = allocate_rows(rows, delta, m, terms, rounds)
+    into, _ = moved_blocks(rows, delta)
+    reach = delta + into * (rows.optimizer_bits / rows.block_bits)  # the download of moved state (δ')
+    beta, power, _ = allocate_rows(rows, delta, m, terms, rounds, reach)
     return beta, power
 
 
 @quiet
 def allocate_rows(
-    pr: RoundProblem, delta: IntArray, micro: FloatArray, terms: LinkTerms, rounds: int
+    pr: RoundProblem,
+    segments: IntArray,
+    micro: FloatArray,
+    terms: LinkTerms,
+    rounds: int,
+    reach: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """β, p (R, K) and the score of each row (device arrays of ``pr`` (R, K)), from equal shares at full
-    power, by ``rounds`` rounds of the power and bandwidth steps (module docstring)."""
+    power, by ``rounds`` rounds of the power and bandwidth steps (module docstring). ``reach`` (R, K): the
+    δ'_k = δ_k + in_k·B_opt/B of the redistribution's download when it sends moved optimizer state; the
+    bandwidth steps see the download at δ (the module docstring's Lat: its KKT structures have one maximum
+    of δ_k·u_k, the gather's), every iterate is scored with it at δ', and the best is kept."""
+    delta = segments.astype(np.float64)
     on = delta > 0
     weight = np.where(
         on,
         pr.queues
-        * (2.0 * pr.iterations * micro[:, None] * pr.payload_bits + delta * pr.block_bits)
+        * (2.0 * pr.iterations * micro[:, None] * pr.payload_bits + segments * pr.block_bits)
         * pr.noise_w_per_hz
         / pr.gain,
         0.0,
@@ -121,19 +137,20 @@ def allocate_rows(
     pi = np.where(on, pr.snr_scale, 0.0)
     beta = np.where(on, 1.0 / np.maximum(on.sum(axis=-1, keepdims=True), 1), 0.0)
     x = _snr_limit(pi, beta)
-    best = (score(pr, terms, delta, beta, x, weight), beta, x)
+    best = (score(pr, terms, delta, beta, x, weight, reach), beta, x)
     # the first bandwidth step; a link's SNR does not rise above its start (full power on the equal share)
     start_x = x
-    beta, x, slope, bracket, _ = _trial(pr, terms, delta, pi, beta, x, weight)
+    beta, x, slope, bracket, _ = _trial(pr, terms, delta, pi, beta, x, weight, reach)
     x = np.minimum(start_x, x)
-    best = _better(best, score(pr, terms, delta, beta, x, weight), beta, x)
+    best = _better(best, score(pr, terms, delta, beta, x, weight, reach), beta, x)
     prices = PRICES if np.any(weight > 0) else 1  # at full power every price gives the same step
     center, spread = np.zeros(bracket.shape[0]), np.ones(bracket.shape[0])
     active = np.arange(delta.shape[0])  # rows still moving
     for _ in range(rounds):
         state = (beta[active], x[active], slope[active], bracket[active], center[active], spread[active])
         sub = LinkTerms(*(getattr(terms, f)[active] for f in LinkTerms.__dataclass_fields__))
-        new, value = _round(pr, sub, delta[active], pi[active], weight[active], state, prices)
+        sub_reach = None if reach is None else reach[active]
+        new, value = _round(pr, sub, delta[active], pi[active], weight[active], state, prices, sub_reach)
         moved = np.any(new[0] != beta[active], axis=1)
         beta[active], x[active], slope[active], bracket[active], center[active], spread[active] = new
         scored = np.full(best[0].shape, np.inf)
@@ -151,11 +168,12 @@ def allocate_rows(
 def _round(
     pr: RoundProblem,
     terms: LinkTerms,
-    delta: IntArray,
+    delta: FloatArray,
     pi: FloatArray,
     weight: FloatArray,
     state: tuple[FloatArray, ...],
     prices: int,
+    reach: FloatArray | None,
 ) -> tuple[tuple[FloatArray, ...], FloatArray]:
     """One round for rows in ``state`` = (β, x, the rate model's slope d, the price range, the last price,
     the zoom): the power step at ``prices`` prices across the range, a bandwidth step after each, the
@@ -171,7 +189,8 @@ def _round(
     wide_pi, wide_weight, wide_beta = (np.repeat(z, prices, axis=0) for z in (pi, weight, beta))
     trial_x = power_step(pr.bandwidth_hz, wide_beta, omega, wide_weight, wide_pi)
     wide = LinkTerms(*(np.repeat(getattr(terms, f), prices) for f in LinkTerms.__dataclass_fields__))
-    out = _trial(pr, wide, wide_delta, wide_pi, wide_beta, trial_x, wide_weight)
+    wide_reach = None if reach is None else np.repeat(reach, prices, axis=0)
+    out = _trial(pr, wide, wide_delta, wide_pi, wide_beta, trial_x, wide_weight, wide_reach)
     t_beta, t_x, t_slope, t_bracket, t_value = (z.reshape(rows, prices, *z.shape[1:]) for z in out)
     pick = np.argmin(t_value, axis=1)
     at = np.arange(rows)
@@ -200,11 +219,12 @@ def _snr_limit(pi: FloatArray, beta: FloatArray) -> FloatArray:
 def _trial(
     pr: RoundProblem,
     terms: LinkTerms,
-    delta: IntArray,
+    delta: FloatArray,
     pi: FloatArray,
     beta: FloatArray,
     x: FloatArray,
     weight: FloatArray,
+    reach: FloatArray | None,
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """The bandwidth step at the SNRs x reached on β, links at full power kept there:
     (β', x', the rate model's slope d, the price range (R, 2), the score)."""
@@ -218,34 +238,49 @@ def _trial(
     new_beta, bracket = bandwidth_step(terms, delta, intercept, slope, pr.payload_bits, pr.block_bits)
     new_limit = _snr_limit(pi, new_beta)
     new_x = np.minimum(np.where(at_max, new_limit, x), new_limit)
-    return new_beta, new_x, slope, bracket, score(pr, terms, delta, new_beta, new_x, weight)
+    return new_beta, new_x, slope, bracket, score(pr, terms, delta, new_beta, new_x, weight, reach)
 
 
 @quiet
 def score(
-    pr: RoundProblem, terms: LinkTerms, delta: IntArray, beta: FloatArray, x: FloatArray, weight: FloatArray
+    pr: RoundProblem,
+    terms: LinkTerms,
+    delta: FloatArray,
+    beta: FloatArray,
+    x: FloatArray,
+    weight: FloatArray,
+    reach: FloatArray | None = None,
 ) -> FloatArray:
-    """Lat(u) + Σ_k A_k·x_k/ℓ(x_k) per row (∞ where a scheduled link has no rate)."""
+    """Lat(u) + Σ_k A_k·x_k/ℓ(x_k) per row (∞ where a scheduled link has no rate); the download's maximum
+    at ``reach`` (δ' with moved optimizer state) where given."""
     on = delta > 0
     ell = np.log2(1.0 + np.maximum(x, 1e-300))
     u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * ell), 0.0)
     energy = np.sum(np.where(on, weight * x / ell, 0.0), axis=-1)
-    value = latency_cost(terms, delta.astype(np.float64), u, pr.payload_bits, pr.block_bits) + energy
+    value = latency_cost(terms, delta.astype(np.float64), u, pr.payload_bits, pr.block_bits, reach) + energy
     out: FloatArray = np.where(np.isfinite(value), value, np.inf)
     return out
 
 
 def latency_cost(
-    terms: LinkTerms, delta: FloatArray, u: FloatArray, p_bits: float, b_bits: float
+    terms: LinkTerms,
+    delta: FloatArray,
+    u: FloatArray,
+    p_bits: float,
+    b_bits: float,
+    reach: FloatArray | None = None,
 ) -> FloatArray:
-    """Lat(u) for u (R, ..., K) (0 where δ = 0); ``terms`` broadcast against u's leading axes."""
+    """Lat(u) for u (R, ..., K) (0 where δ = 0); ``terms`` broadcast against u's leading axes; the
+    download's maximum at ``reach`` where given (else at δ)."""
     z1 = np.max(u, axis=-1)
     z2 = np.max(delta * u, axis=-1)
+    z2_down = z2 if reach is None else np.max(reach * u, axis=-1)
     link = p_bits * z1
     value: FloatArray = (
         terms.a * np.sum(u, axis=-1)
         + terms.c1 * (np.maximum(terms.stage_f, link) + np.maximum(terms.stage_b, link))
         + terms.c2 * np.maximum(terms.gather_floor, b_bits * z2)
+        + terms.download * b_bits * z2_down
     )
     return value
 
@@ -283,12 +318,18 @@ def solve_foc(y: FloatArray) -> FloatArray:
 
 @quiet
 def bandwidth_step(
-    terms: LinkTerms, delta: IntArray, intercept: FloatArray, slope: FloatArray, p_bits: float, b_bits: float
+    terms: LinkTerms,
+    delta: FloatArray | IntArray,
+    intercept: FloatArray,
+    slope: FloatArray,
+    p_bits: float,
+    b_bits: float,
 ) -> tuple[FloatArray, FloatArray]:
     """Exact β (R, K) for the rate model r_k = c_k + d_k·β_k and the price range [μ_lo, μ_hi] (R, 2).
 
     Only the scheduled devices take part (each row's are moved to the front), and a row without a link
     (c1 = 0) or gather (c2 = 0) term has only the structures of the terms it has."""
+    delta = np.asarray(delta, dtype=np.float64)
     rows_count, k = delta.shape
     order = np.argsort(delta <= 0, axis=1, kind="stable")
     width = max(int(np.max(np.sum(delta > 0, axis=1))), 1)
@@ -296,7 +337,7 @@ def bandwidth_step(
     delta_c, intercept_c, slope_c = take_last(delta, keep), take_last(intercept, keep), take_last(slope, keep)
     beta = np.zeros((rows_count, width))
     bracket = np.zeros((rows_count, 2))
-    link, gather = terms.c1 > 0, terms.c2 > 0
+    link, gather = terms.c1 > 0, (terms.c2 > 0) | (terms.download > 0)
     for has_link, has_gather in ((True, True), (True, False), (False, True), (False, False)):
         rows = np.flatnonzero((link == has_link) & (gather == has_gather))
         if rows.size:
@@ -311,7 +352,7 @@ def bandwidth_step(
 
 def _bandwidth_rows(
     terms: LinkTerms,
-    delta: IntArray,
+    delta: FloatArray,
     intercept: FloatArray,
     slope: FloatArray,
     p_bits: float,
@@ -360,8 +401,8 @@ def _structures(
     value √(ζ_k/a). Rows without a link term (``link`` False: c1 = 0) or a gather term have only the
     structures of the other target (over all devices), and the interior."""
     rows, k = on.shape
-    link_slope, gather_slope = terms.c1 * p_bits, terms.c2 * b_bits
-    a = terms.a + 1e-12 * (link_slope + gather_slope) + 1e-300
+    link_slope, gather_slope, download_slope = terms.c1 * p_bits, terms.c2 * b_bits, terms.download * b_bits
+    a = terms.a + 1e-12 * (link_slope + gather_slope + download_slope) + 1e-300
     interior = np.where(on, np.sqrt(zeta / a[:, None]), np.inf)
     inf = np.inf
     kink1 = np.stack([terms.stage_f, terms.stage_b], axis=1) / p_bits  # (R, 2)
@@ -383,15 +424,15 @@ def _structures(
             np.broadcast_to(inv_d, group.shape),
             group,
             terms.a,
-            gather_slope[:, None, None] * _GATHER_SLOPES,
+            download_slope[:, None, None] + gather_slope[:, None, None] * _GATHER_SLOPES,
         )
         families += [(k2[..., None] * inv_d[:, :, None, :], inf), (inf, kink2[:, None, :])]
     if link and gather:
         k2_dev = k2[:, :, None, :, None] * (1.0 / d)[:, None, None, None, :]  # κ2/δ_k (R, J, 1, 2, K)
         star = np.where(on, d, np.max(np.where(on, d, 1.0), axis=1, keepdims=True))  # δ* (R, T)
         m = np.minimum(1.0, star[:, :, None] * inv_d)  # (R, T, K)
-        tied_slopes = (
-            link_slope[:, None, None] * _TIED[:, 0] + (star * gather_slope[:, None])[..., None] * _TIED[:, 1]
+        tied_slopes = link_slope[:, None, None] * _TIED[:, 0] + star[..., None] * (
+            download_slope[:, None, None] + gather_slope[:, None, None] * _TIED[:, 1]
         )
         tied = _kappa(zeta, m, np.broadcast_to(on[:, None, :], m.shape), terms.a, tied_slopes)  # (R, T, 5)
         tied_kinks = np.stack([np.repeat(kink1[:, :1], k, 1), np.repeat(kink1[:, 1:], k, 1),

@@ -11,7 +11,9 @@ is the exact optimum of the model up to the barrier's 1e-9 tolerance).
 Lower bound of a candidate (every device at p_max; concave rates bounded by their tangent at the equal
 share β = 1/m, r_k(β) ≤ c_k + d_k·β): the sum of the separately minimised link-time terms
 (Σ_k u_k by Lagrangian duality, max_k u_k and max_k δ_k·u_k exactly by water-filling), the compute
-energy, and the transmit energy's floor Q_k·bits_k·N0·ln 2/h_k (its value as SNR → 0).
+energy, and the transmit energy's floor Q_k·bits_k·N0·ln 2/h_k (its value as SNR → 0). A round with a
+previous placement (moves cost their transfers, problem.transfers) is solved the same way: the links'
+problem then includes the moved optimizer state.
 
 Small instances only: the number of candidates is the product over clusters of C(L + K − 1, K − 1)·M_max.
 """
@@ -28,7 +30,7 @@ from collapipe_core.decision import Decision
 from collapipe_core.network import BoolArray, FloatArray
 from collapipe_core.scheduler.base import register
 from collapipe_core.scheduler.optimal_links import solve_links
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem, costs
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem, costs, penalty
 from collapipe_core.state import RoundState
 
 MAX_CANDIDATES = 450_000  # 8 devices × 12 TEBs × 8 micro-batches (403,200) fit: 2–10 s measured
@@ -96,7 +98,7 @@ def _solve(state: RoundState) -> tuple[Decision, float, int]:
     # with many joint candidates, each cluster solved alone gives a much tighter bound (worth its cost)
     alone = (
         [_alone(pr, n, d, m) for n, (d, m) in enumerate(per_cluster)]
-        if n_clusters > 1 and total > 2 * CHUNK
+        if n_clusters > 1 and total > 2 * CHUNK and pr.convergence == "variance"  # its bound needs G apart
         else []
     )
     index = np.array(list(itertools.product(*(range(d.shape[0]) for d, _ in per_cluster))), dtype=np.int64)
@@ -105,16 +107,13 @@ def _solve(state: RoundState) -> tuple[Decision, float, int]:
     pipe_lb = np.stack([bounds[n][0][index[:, n]] for n in range(n_clusters)], axis=1)
     gather_lb = np.stack([bounds[n][1][index[:, n]] for n in range(n_clusters)], axis=1)
     energy_lb = np.sum([bounds[n][2][index[:, n]] for n in range(n_clusters)], axis=0)
-    convergence = pr.gradient_variance / (pr.microbatch_size * micro.sum(axis=1))
-    lower = (
-        pr.V * (pipe_lb.max(axis=1) + gather_lb.max(axis=1) + pr.upload_s + pr.lambda_ * convergence)
-        + energy_lb
-    )
-    for n in range(len(alone)):  # J ≥ V·(I·T^pipe_n + A_n) + Q·E_n + Σ_{m≠n} Q·E_m + V·(U + λG)
+    micro_total = micro.sum(axis=1)
+    latency_lb = pipe_lb.max(axis=1) + gather_lb.max(axis=1) + pr.upload_s
+    lower = penalty(pr, latency_lb, micro_total) + energy_lb
+    convergence = penalty(pr, np.zeros(micro_total.shape), micro_total)  # V·λ·G (the variance term only)
+    for n in range(len(alone)):  # J ≥ V·(R_n + I·T^pipe_n + A_n) + Q·E_n + Σ_{m≠n} Q·E_m + V·(U + λG)
         others = energy_lb - bounds[n][2][index[:, n]]
-        lower = np.maximum(
-            lower, alone[n][index[:, n]] + others + pr.V * (pr.upload_s + pr.lambda_ * convergence)
-        )
+        lower = np.maximum(lower, alone[n][index[:, n]] + others + pr.V * pr.upload_s + convergence)
     order = np.argsort(lower, kind="stable")
     best, best_at = np.inf, -1
     best_beta = best_power = np.zeros((n_clusters, k))
@@ -135,7 +134,7 @@ def _solve(state: RoundState) -> tuple[Decision, float, int]:
 
 
 def _alone(pr: RoundProblem, n: int, delta: IntArray, micro: IntArray) -> FloatArray:
-    """min over links of V·(I·T^pipe_n + gather_n) + Σ_k Q_k·E_k for each candidate of cluster n alone."""
+    """min over links of V·(R_n + I·T^pipe_n + gather_n) + Σ_k Q_k·E_k for each candidate of cluster n."""
     single = pr.cluster(n)
     objective = np.concatenate(
         [
@@ -143,14 +142,16 @@ def _alone(pr: RoundProblem, n: int, delta: IntArray, micro: IntArray) -> FloatA
             for i in range(0, delta.shape[0], CHUNK)
         ]
     )
-    convergence = pr.gradient_variance / (pr.microbatch_size * micro)
-    return objective - pr.V * (pr.upload_s + pr.lambda_ * convergence)
+    convergence = penalty(pr, np.zeros(micro.shape), micro.astype(np.float64))
+    out: FloatArray = objective - pr.V * pr.upload_s - convergence
+    return out
 
 
 def _cluster_bounds(
     pr: RoundProblem, n: int, delta: IntArray, micro: IntArray
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Lower bounds of I·T^pipe_n, of the gather time and of Σ_k Q_k·E_k for each candidate of cluster n."""
+    """Lower bounds of R_n + I·T^pipe_n, of the gather time and of Σ_k Q_k·E_k for each candidate of
+    cluster n (R_n ≥ U + the gather time: the moved state's transfers only add)."""
     sched = delta > 0
     m = micro.astype(np.float64)
     count = sched.sum(axis=1, keepdims=True).astype(np.float64)
@@ -183,7 +184,8 @@ def _cluster_bounds(
         m[:, None] * delta * pr.compute_energy_j[n] + bits * pr.noise_w_per_hz * np.log(2.0) / pr.gain[n],
         0.0,
     )
-    return pr.iterations * pipe, pr.block_bits * max_gather, np.sum(pr.queues[n] * energy, axis=1)
+    gather = pr.block_bits * max_gather
+    return pr.upload_s + gather + pr.iterations * pipe, gather, np.sum(pr.queues[n] * energy, axis=1)
 
 
 def _sum_inverse_bound(c: FloatArray, d: FloatArray, sched: BoolArray) -> FloatArray:

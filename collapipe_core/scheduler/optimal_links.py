@@ -8,17 +8,21 @@ the link's SNR) every term of the objective is convex:
 - the transmit energy p_k·u_k·bits_k = bits_k·N0/h_k · x_k/log2(1 + x_k) depends on t_k alone, convex;
 - p_k ≤ p_max is s_k + t_k ≤ ln(p_max·h_k/(W·N0)); Σ_k β_k ≤ 1 is Σ_k e^{s_k} ≤ 1.
 
-Epigraph variables z^F_n, z^B_n (forward/backward stage maxima), Γ (largest gather time) and Π (largest
-I·T^pipe_n) turn the maxima into smooth constraints:
+Epigraph variables z^F_n, z^B_n (forward/backward stage maxima), D_n (the redistribution's download),
+Γ (largest gather time) and Π (largest R_n + I·T^pipe_n) turn the maxima into smooth constraints:
 
-    min  V·(Π + Γ) + Σ_k Q_k·bits_k·(N0/h_k)·x_k/log2(1 + x_k)
+    min  w·(Π + Γ) + Σ_k Q_k·bits_k·(N0/h_k)·x_k/log2(1 + x_k)
     s.t. P·u_k ≤ z^F_n,  P·u_k ≤ z^B_n,  c^F_n ≤ z^F_n,  c^B_n ≤ z^B_n,  δ_k·B·u_k ≤ Γ,
-         I·(S0 + Σ_k 3·δ_k·a_k + 2·P·Σ_k u_k + (M_n − 1)·(z^F_n + z^B_n)) ≤ Π,
+         (δ_k·B + in_k·B_opt)·u_k ≤ D_n,
+         R^0_n + D_n + I·(S0 + Σ_k 3·δ_k·a_k + 2·P·Σ_k u_k + (M_n − 1)·(z^F_n + z^B_n)) ≤ Π,
          Σ_k e^{s_k} ≤ 1,  s_k + t_k ≤ ln π_k,
 
-with c^F_n = max(c_F, max_k δ_k·a_k) and c^B_n = max(c_B, max_k 2·δ_k·a_k). It is solved by the standard
-barrier method (Newton steps with backtracking, barrier weight ×30 per stage) to a duality gap of
-1e-9 of the objective, many (δ, M) combinations at once.
+with c^F_n = max(c_F, max_k δ_k·a_k), c^B_n = max(c_B, max_k 2·δ_k·a_k) and R^0_n = U + max_k
+out_k·B_opt·u'_k the part of the redistribution the links do not change (in, out: the TEBs a device gains
+and loses against the previous round's placement, :func:`~collapipe_core.scheduler.problem.moved_blocks`). w
+is the penalty's weight of the latency at the candidate's M (``problem.penalty``: V, or V·(1 + B_noise/(b·Σ
+M)) with the noise-scale term). It is solved by the standard barrier method (Newton steps with backtracking,
+barrier weight ×30 per stage) to a duality gap of 1e-9 of the objective, many (δ, M) combinations at once.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler.problem import IntArray, RoundProblem
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, moved_blocks, penalty
 
 _LN2 = float(np.log(2.0))
 _STEPS = 0.5 ** np.arange(24.0)
@@ -38,9 +42,9 @@ _STEPS = 0.5 ** np.arange(24.0)
 class _System:
     """One batch of candidates: constants, the variable layout and the constraint Jacobian's pattern.
 
-    Variables (D = 2·N·K + 2·N + 2): s (N·K), t (N·K), z^F (N), z^B (N), Γ, Π.
-    Constraint rows (R = 4·N·K + 4·N): P·u − z^F, P·u − z^B, δ·B·u − Γ, s + t − ln π (per device),
-    c^F − z^F, c^B − z^B, I·T^pipe − Π, Σ e^s − 1 (per cluster).
+    Variables (D = 2·N·K + 3·N + 2): s (N·K), t (N·K), z^F (N), z^B (N), D (N), Γ, Π.
+    Constraint rows (R = 5·N·K + 4·N): P·u − z^F, P·u − z^B, δ·B·u − Γ, s + t − ln π (per device),
+    c^F − z^F, c^B − z^B, R + I·T^pipe − Π, Σ e^s − 1 (per cluster), (δ·B + in·B_opt)·u − D (per device).
     """
 
     n: int
@@ -48,19 +52,21 @@ class _System:
     on: FloatArray  # (C, N·K) 1 where scheduled
     staged: FloatArray  # (C, N) 1 where M > 1 (else z^F, z^B and their rows are inactive)
     delta: FloatArray  # (C, N·K)
+    download: FloatArray  # (C, N·K) δ·B + in·B_opt
     energy_weight: FloatArray  # (C, N·K) Q·bits·N0/h
     log_pi: FloatArray  # (N·K,)
     c_f: FloatArray  # (C, N)
     c_b: FloatArray  # (C, N)
-    pipe_const: FloatArray  # (C, N) I·(S0 + Σ 3δa)
+    pipe_const: FloatArray  # (C, N) R^0 + I·(S0 + Σ 3δa)
     pipe_slope: FloatArray  # (C, N) I·(M − 1)
+    latency_weight: FloatArray  # (C,) the penalty's weight of the latency at the candidate's M (V or more)
     constant: FloatArray  # (C,) objective terms that do not depend on (β, p)
     row_mask: FloatArray  # (C, R) 1 for active constraints
     frozen: FloatArray  # (C, D) 1 for variables that no active term depends on
 
     @property
     def dim(self) -> int:
-        return 2 * self.n * self.k + 2 * self.n + 2
+        return 2 * self.n * self.k + 3 * self.n + 2
 
     def take(self, rows: IntArray) -> _System:
         """The candidates ``rows`` (or each repeated, for batched line searches)."""
@@ -109,28 +115,34 @@ def _system(pr: RoundProblem, delta: IntArray, micro: IntArray) -> _System:
     compute_energy = np.sum(
         pr.queues * np.where(sched, m[..., None] * delta * pr.compute_energy_j, 0.0), axis=(1, 2)
     )
-    convergence = pr.gradient_variance / (pr.microbatch_size * m.sum(axis=1))
+    total = m.sum(axis=1)
+    # penalty(T, ΣM) is affine in T at a fixed M: weight · T + its value at T = 0
+    at_zero = penalty(pr, np.zeros(c_count), total)
+    weight = penalty(pr, np.ones(c_count), total) - at_zero
+    into, held = transfers_of(pr, delta)
     on = sched.reshape(c_count, nk).astype(np.float64)
     staged = (micro > 1).astype(np.float64)
     staged_dev = np.repeat(staged, k, axis=1)
     ones_n = np.ones((c_count, n))
     row_mask = np.concatenate(
-        [on * staged_dev, on * staged_dev, on, on, staged, staged, ones_n, ones_n], axis=1
+        [on * staged_dev, on * staged_dev, on, on, staged, staged, ones_n, ones_n, on], axis=1
     )
-    frozen = np.concatenate([1 - on, 1 - on, 1 - staged, 1 - staged, np.zeros((c_count, 2))], axis=1)
+    frozen = np.concatenate([1 - on, 1 - on, 1 - staged, 1 - staged, np.zeros((c_count, n + 2))], axis=1)
     return _System(
         n=n,
         k=k,
         on=on,
         staged=staged,
         delta=delta.reshape(c_count, nk).astype(np.float64),
+        download=(delta * pr.block_bits + into * pr.optimizer_bits).reshape(c_count, nk),
         energy_weight=(pr.queues * bits * pr.noise_w_per_hz / pr.gain).reshape(c_count, nk),
         log_pi=np.log(pr.max_power_w * pr.gain / (pr.bandwidth_hz * pr.noise_w_per_hz)).reshape(nk),
         c_f=np.maximum(pr.chain_max_forward_s, np.max(np.where(sched, x, 0.0), axis=2)),
         c_b=np.maximum(pr.chain_max_backward_s, np.max(np.where(sched, 2 * x, 0.0), axis=2)),
-        pipe_const=pr.iterations * (pr.chain_sum_s + np.sum(np.where(sched, 3 * x, 0.0), axis=2)),
+        pipe_const=held[0] + pr.iterations * (pr.chain_sum_s + np.sum(np.where(sched, 3 * x, 0.0), axis=2)),
         pipe_slope=pr.iterations * (m - 1.0),
-        constant=pr.V * (pr.upload_s + pr.lambda_ * convergence) + compute_energy,
+        latency_weight=weight,
+        constant=weight * pr.upload_s + at_zero + compute_energy + held[1],
         row_mask=row_mask,
         frozen=frozen,
     )
@@ -154,6 +166,7 @@ def _split(sys: _System, v: FloatArray) -> tuple[FloatArray, ...]:
         v[:, nk : 2 * nk],
         v[:, 2 * nk : 2 * nk + n],
         v[:, 2 * nk + n : 2 * nk + 2 * n],
+        v[:, 2 * nk + 2 * n : 2 * nk + 3 * n],
         v[:, -2],
         v[:, -1],
     )
@@ -161,14 +174,14 @@ def _split(sys: _System, v: FloatArray) -> tuple[FloatArray, ...]:
 
 def _values(pr: RoundProblem, sys: _System, v: FloatArray) -> tuple[FloatArray, FloatArray]:
     """(constraint values (C, R), objective (C,)); inactive rows read −1."""
-    s, t, zf, zb, gamma, pi = _split(sys, v)
+    s, t, zf, zb, down, gamma, pi = _split(sys, v)
     u, _, _, g = _link_terms(pr, s, t)
     u = u * sys.on
     c_count, n, k = v.shape[0], sys.n, sys.k
     zf_dev, zb_dev = np.repeat(zf, k, axis=1), np.repeat(zb, k, axis=1)
     su = u.reshape(c_count, n, k).sum(axis=2)
     es = (np.exp(s) * sys.on).reshape(c_count, n, k).sum(axis=2)
-    pipe = sys.pipe_const + pr.iterations * 2 * pr.payload_bits * su + sys.pipe_slope * (zf + zb)
+    pipe = sys.pipe_const + down + pr.iterations * 2 * pr.payload_bits * su + sys.pipe_slope * (zf + zb)
     raw = np.concatenate(
         [
             pr.payload_bits * u - zf_dev,
@@ -179,10 +192,13 @@ def _values(pr: RoundProblem, sys: _System, v: FloatArray) -> tuple[FloatArray, 
             sys.c_b - zb,
             pipe - pi[:, None],
             es - 1.0,
+            sys.download * u - np.repeat(down, k, axis=1),
         ],
         axis=1,
     )
-    objective = pr.V * (pi + gamma) + np.sum(sys.energy_weight * g * sys.on, axis=1) + sys.constant
+    objective = (
+        sys.latency_weight * (pi + gamma) + np.sum(sys.energy_weight * g * sys.on, axis=1) + sys.constant
+    )
     return np.where(sys.row_mask > 0, raw, -1.0), objective
 
 
@@ -209,10 +225,11 @@ def _start(pr: RoundProblem, sys: _System) -> FloatArray:
     zf = 1.5 * np.maximum(link, sys.c_f) + 1e-12
     zb = 1.5 * np.maximum(link, sys.c_b) + 1e-12
     gamma = 1.5 * np.max(sys.delta * pr.block_bits * u, axis=1) + 1e-12
+    down = 1.5 * (sys.download * u).reshape(c_count, n, k).max(axis=2) + 1e-12
     su = u.reshape(c_count, n, k).sum(axis=2)
-    pipe = sys.pipe_const + pr.iterations * 2 * pr.payload_bits * su + sys.pipe_slope * (zf + zb)
+    pipe = sys.pipe_const + down + pr.iterations * 2 * pr.payload_bits * su + sys.pipe_slope * (zf + zb)
     pi = 1.5 * np.max(pipe, axis=1) + 1e-12
-    return np.concatenate([s, t, zf, zb, gamma[:, None], pi[:, None]], axis=1)
+    return np.concatenate([s, t, zf, zb, down, gamma[:, None], pi[:, None]], axis=1)
 
 
 def _center(pr: RoundProblem, sys: _System, v: FloatArray, tau: FloatArray) -> FloatArray:
@@ -253,17 +270,27 @@ def _derivatives(
     es = np.exp(s) * sys.on
     values, _ = _values(pr, sys, v)
     w = sys.row_mask / -values  # (C, R)
-    jac = np.zeros((c_count, 4 * nk + 4 * n, dim))
+    jac = np.zeros((c_count, 5 * nk + 4 * n, dim))
     dev = np.arange(nk)
     cl = np.repeat(np.arange(n), k)
-    si, ti, zfi, zbi, gi, pii = dev, nk + dev, 2 * nk + cl, 2 * nk + n + cl, dim - 2, dim - 1
+    si, ti, zfi, zbi, di, gi, pii = (
+        dev,
+        nk + dev,
+        2 * nk + cl,
+        2 * nk + n + cl,
+        2 * nk + 2 * n + cl,
+        dim - 2,
+        dim - 1,
+    )
+    last = 4 * nk + 4 * n  # the download rows
     pipe_coef = pr.iterations * 2 * pr.payload_bits
-    for g_row, coef, z_col in (
+    for first, coef, z_col in (
         (0, pr.payload_bits, zfi),
-        (1, pr.payload_bits, zbi),
-        (2, sys.delta * pr.block_bits, gi),
+        (nk, pr.payload_bits, zbi),
+        (2 * nk, sys.delta * pr.block_bits, gi),
+        (last, sys.download, di),
     ):
-        rows = g_row * nk + dev
+        rows = first + dev
         jac[:, rows, si] = coef * u_s
         jac[:, rows, ti] = coef * u_t
         jac[:, rows, z_col] = -1.0
@@ -278,11 +305,12 @@ def _derivatives(
     jac[:, base + 2 * n + np.arange(n), 2 * nk + np.arange(n)] = sys.pipe_slope
     jac[:, base + 2 * n + np.arange(n), 2 * nk + n + np.arange(n)] = sys.pipe_slope
     jac[:, base + 2 * n + np.arange(n), pii] = -1.0
+    jac[:, base + 2 * n + np.arange(n), 2 * nk + 2 * n + np.arange(n)] = 1.0
     jac[:, base + 3 * n + cl, si] = es
     jac[:, :, :] *= (sys.row_mask > 0)[:, :, None]
     grad = np.matmul(w[:, None, :], jac)[:, 0, :]
     grad[:, ti] += tau[:, None] * sys.energy_weight * g * (1.0 - q) * sys.on
-    grad[:, [gi, pii]] += tau[:, None] * pr.V
+    grad[:, [gi, pii]] += (tau * sys.latency_weight)[:, None]
     hess = np.matmul(jac.transpose(0, 2, 1) * (w * w)[:, None, :], jac)
     # second derivatives live in each device's (s, t) block: Σ_rows w·coef·∇²u, the bandwidth row, f0
     wu = (
@@ -290,6 +318,7 @@ def _derivatives(
         + w[:, nk : 2 * nk] * pr.payload_bits
         + w[:, 2 * nk : 3 * nk] * sys.delta * pr.block_bits
         + w[:, base + 2 * n + cl] * pipe_coef
+        + w[:, last : last + nk] * sys.download
     )
     hess[:, si, si] += wu * u_ss + w[:, base + 3 * n + cl] * es
     hess[:, si, ti] += wu * u_st
@@ -301,3 +330,14 @@ def _derivatives(
     diag = np.arange(dim)
     hess[:, diag, diag] += frozen + 1e-14 * (1.0 + np.abs(hess[:, diag, diag]))
     return grad, hess
+
+
+def transfers_of(pr: RoundProblem, delta: IntArray) -> tuple[FloatArray, tuple[FloatArray, FloatArray]]:
+    """For δ (C, N, K): in_k (C, N, K) and the redistribution's parts the links do not change: R^0_n (C, N)
+    and the queue-weighted upload energy of moved optimizer state (C,)."""
+    into, out = moved_blocks(pr, delta)
+    if pr.previous_time_per_bit is None or pr.previous_power_w is None:
+        return into, (np.full(delta.shape[:2], pr.upload_s), np.zeros(delta.shape[0]))
+    sent = np.where(out > 0, out * pr.optimizer_bits * pr.previous_time_per_bit, 0.0)
+    energy = np.sum(pr.queues * pr.previous_power_w * sent, axis=(1, 2))
+    return into, (pr.upload_s + sent.max(axis=2), energy)

@@ -14,9 +14,15 @@ With u_k = 1/r_k (seconds per bit), r_k = β_k·W·log2(1 + p_k·h_k/(β_k·W·N
 
     T^pipe_n = S0 + Σ_{δ_k>0} (3·δ_k·a_k + 2·P·u_k)
                + (M_n − 1)·[max(c_F, max_k max(δ_k·a_k, P·u_k)) + max(c_B, max_k max(2·δ_k·a_k, P·u_k))]
+    R_n      = U + max_k out_k·B_opt·u'_k + max_{δ_k>0} (δ_k·B + in_k·B_opt)·u_k
     A_n      = U + max_{δ_k>0} δ_k·B·u_k
-    E_k      = M_n·δ_k·e_k + p_k·u_k·(2·I·M_n·P + δ_k·B)
-    J        = V·(max_n I·T^pipe_n + max_n A_n + λ·σ²/(b·Σ_n M_n)) + Σ_k Q_k·E_k
+    E_k      = M_n·δ_k·e_k + p_k·u_k·(2·I·M_n·P + δ_k·B) + p'_k·out_k·B_opt·u'_k
+    J        = V·(max_n (R_n + I·T^pipe_n) + max_n A_n + λ·σ²/(b·Σ_n M_n)) + Σ_k Q_k·E_k
+
+R_n is the redistribution before the first iteration (the averaged model from the edge server to the CU,
+the optimizer state of TEBs whose holder changes from their previous holders over their previous links
+u', p', then every device's TEBs over its link; in_k, out_k the TEBs device k gains and loses against the
+previous round's placement, 0 without one), B_opt the bits of one TEB's optimizer state.
 
 which is exactly :func:`collapipe_core.costmodel.evaluate` for the GPipe schedule (the tests check it).
 For 1F1B the solvers use the same closed form as their latency model (the cost model simulates 1F1B).
@@ -36,6 +42,8 @@ from typing import Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from collapipe_core.costmodel.evaluate import penalty_terms
+from collapipe_core.costmodel.redistribution import holdings, model_transfer_s
 from collapipe_core.network import BoolArray, FloatArray
 from collapipe_core.state import RoundState
 
@@ -55,6 +63,7 @@ DEVICE_FIELDS = (  # the (N, K) arrays of a RoundProblem
     "queues",
     "memory_bytes",
 )
+PREVIOUS_FIELDS = ("held", "sender", "previous_delta", "previous_time_per_bit", "previous_power_w")
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,10 +97,42 @@ class RoundProblem:
     microbatch_size: int
     microbatch_limit: int
     schedule: Literal["gpipe", "1f1b"]
+    convergence: Literal["variance", "noise_scale"] = "variance"  # the penalty's convergence term
+    noise_scale: float = 0.0  # B_noise (samples)
+    latency_estimate: float = 0.0  # T̂: the latency the solver steps' noise-scale gain uses (convergence_gain)
+    optimizer_bits: float = 0.0  # B_opt: one TEB's optimizer state, sent with a TEB that changes device
+    # the previous round's placement (None: no moves): which TEBs each device held (N, K, L), each TEB's
+    # sender (its first holder, −1: none; (N, L)), δ' (N, K) of a pipeline round, its links' 1/r and power
+    held: BoolArray | None = None
+    sender: IntArray | None = None
+    previous_delta: IntArray | None = None
+    previous_time_per_bit: FloatArray | None = None
+    previous_power_w: FloatArray | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
         return (int(self.available.shape[0]), int(self.available.shape[1]))
+
+    @property
+    def convergence_gain(self) -> float:
+        """g with the convergence term ≈ g/Σ_n M_n for the solver steps that choose M: V·λ·σ²/b
+        (``variance``, exact) or V·T̂·B_noise/b (``noise_scale``, at the latency estimate T̂; :func:`penalty`
+        is exact and scores every candidate)."""
+        if self.convergence == "noise_scale":
+            return self.V * self.latency_estimate * self.noise_scale / self.microbatch_size
+        return self.V * self.lambda_ * self.gradient_variance / self.microbatch_size
+
+    def latency_factor(self, total_micro: npt.ArrayLike) -> FloatArray:
+        """The penalty's weight of the latency at Σ_n M_n, relative to V: 1 (``variance``) or
+        1 + B_noise/(b·Σ M) (``noise_scale``); the link step and the segment DP scale their weights by it."""
+        total = np.asarray(total_micro, dtype=np.float64)
+        factor: FloatArray = (
+            (penalty(self, np.ones(total.shape), total) - penalty(self, np.zeros(total.shape), total))
+            / self.V
+            if self.V > 0
+            else np.ones(total.shape)
+        )
+        return factor
 
     @property
     def snr_scale(self) -> FloatArray:
@@ -110,8 +151,10 @@ class RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
         a batch of independent single-cluster sub-problems solved side by side."""
         rows = copy.copy(self)
-        for name in DEVICE_FIELDS:
-            object.__setattr__(rows, name, getattr(self, name)[clusters])
+        for name in (*DEVICE_FIELDS, *PREVIOUS_FIELDS):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(rows, name, value[clusters])
         return rows
 
     def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
@@ -178,6 +221,8 @@ class Costs:
     """The closed-form figures of a batch of decisions (leading dims ``...``)."""
 
     pipeline_s: FloatArray  # (..., N) T^pipe_n, one iteration
+    train_s: FloatArray  # (..., N) R_n + I·T^pipe_n: the redistribution, then the iterations
+    latency_s: FloatArray  # (...) T = max_n (R_n + I·T^pipe_n) + U + max_n gather_n
     gather_s: FloatArray  # (..., N) max_k δ_k·B·u_k (A_n without the upload)
     energy_j: FloatArray  # (..., N, K) E_k
     objective: FloatArray  # (...) J
@@ -185,6 +230,16 @@ class Costs:
 
 def build_problem(state: RoundState) -> RoundProblem:
     sc, prof, st = state.scenario, state.profile, state.settings
+    held = sender = previous_delta = previous_time_per_bit = previous_power_w = None
+    if state.previous is not None:  # where the previous round left the encoder
+        before = state.previous
+        held = holdings(before.num_blocks, before.mode, prof.num_blocks)
+        sender = np.where(held.any(axis=1), np.argmax(held, axis=1), -1)  # each TEB's first holder
+        rate = np.asarray(before.rate_bps, dtype=np.float64)
+        previous_time_per_bit = np.where(rate > 0, 1.0 / np.maximum(rate, 1e-300), 0.0)
+        previous_power_w = np.asarray(before.power_w, dtype=np.float64)
+        if before.mode == "pipeline":
+            previous_delta = np.asarray(before.num_blocks, dtype=np.int64)
     b = st.microbatch_size
     cu_f = b * prof.embedding_forward_flops / sc.cu_flops_per_s
     cu_b = b * prof.embedding_backward_flops / sc.cu_flops_per_s
@@ -194,7 +249,6 @@ def build_problem(state: RoundState) -> RoundProblem:
     cu_link = payload_bits / sc.cu_link_rate_bps
     edge_link = payload_bits / sc.edge_downlink_rate_bps
     flops_per_block = b * (prof.block_forward_flops + prof.block_backward_flops)
-    upload_bits = 8.0 * prof.bytes_per_element * (prof.embedding_params + prof.encoder_params)
     return RoundProblem(
         num_blocks=prof.num_blocks,
         available=np.asarray(state.available, dtype=bool),
@@ -209,8 +263,8 @@ def build_problem(state: RoundState) -> RoundProblem:
         buffer_bytes=2.0 * b * prof.payload_bytes,
         overhead_bytes=sc.runtime_overhead_bytes,
         payload_bits=payload_bits,
-        block_bits=8.0 * prof.block_params * prof.bytes_per_element,
-        upload_s=upload_bits / sc.cu_uplink_rate_bps,
+        block_bits=prof.block_weight_bits,
+        upload_s=model_transfer_s(state),
         chain_sum_s=cu_f + cu_link + edge_f + edge_b + edge_link + cu_b,
         chain_max_forward_s=max(cu_f, cu_link, edge_f),
         chain_max_backward_s=max(cu_b, edge_link, edge_b),
@@ -223,6 +277,14 @@ def build_problem(state: RoundState) -> RoundProblem:
         microbatch_size=b,
         microbatch_limit=st.microbatch_limit,
         schedule=st.schedule,
+        convergence=st.convergence,
+        noise_scale=state.noise_scale,
+        optimizer_bits=prof.block_optimizer_state_bits,
+        held=held,
+        sender=sender,
+        previous_delta=previous_delta,
+        previous_time_per_bit=previous_time_per_bit,
+        previous_power_w=previous_power_w,
     )
 
 
@@ -246,20 +308,74 @@ def costs(
     gather = np.max(delta * pr.block_bits * u, axis=-1)
     bits = 2.0 * pr.iterations * m[..., None] * pr.payload_bits + delta * pr.block_bits
     energy = np.where(on, m[..., None] * delta * pr.compute_energy_j + power * u * bits, 0.0)
+    redistribution, move_energy = transfers(pr, delta, u)
+    energy = energy + move_energy
     weighted = np.sum(pr.queues * energy, axis=-1)
-    objective = round_objective(pr, pr.iterations * pipeline, gather, weighted, m)
-    return Costs(pipeline_s=pipeline, gather_s=gather, energy_j=energy, objective=objective)
+    train = redistribution + pr.iterations * pipeline
+    objective = round_objective(pr, train, gather, weighted, m)
+    return Costs(pipeline, train, round_latency(pr, train, gather), gather, energy, objective)
+
+
+def moved_blocks(pr: RoundProblem, delta: IntArray) -> tuple[FloatArray, FloatArray]:
+    """(in_k, out_k) (..., N, K) for placements δ (..., N, K) after the previous round's: the TEBs device k
+    holds now that it did not and another device did (in), and those whose state device k sends, as their
+    first previous holder (out). Segments are contiguous in device order (0 without a previous round)."""
+    if pr.held is None or pr.sender is None:
+        return np.zeros(delta.shape), np.zeros(delta.shape)
+    k, blocks = delta.shape[-1], pr.held.shape[-1]
+    ends = np.cumsum(delta, axis=-1)  # (..., N, K)
+    now = np.minimum(np.sum(ends[..., :, None] <= np.arange(blocks), axis=-2), k - 1)  # (..., N, L)
+    had = np.take_along_axis(np.broadcast_to(pr.held, (*now.shape[:-1], k, blocks)), now[..., None, :], -2)
+    moved = (pr.sender >= 0) & ~had[..., 0, :]  # (..., N, L): the TEB's new device did not hold it
+    devices = np.arange(k)[:, None]
+    into = np.sum(moved[..., None, :] & (now[..., None, :] == devices), axis=-1)
+    out = np.sum(moved[..., None, :] & (pr.sender[..., None, :] == devices), axis=-1)
+    return into.astype(np.float64), out.astype(np.float64)
+
+
+def transfers(pr: RoundProblem, delta: IntArray, time_per_bit: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The redistribution before the first iteration, R_n (..., N), and the moved state's upload energy
+    (..., N, K): the edge server sends the averaged model to the CU (U), the previous holders of moved TEBs
+    upload their optimizer state to the CU over their previous links, then the CU sends each device its
+    TEBs (and the moved ones' optimizer state) over the decision's links (docs/system-model.md):
+
+        R_n = U + max_k out_k·B_opt·u'_k + max_k (δ_k·B + in_k·B_opt)·u_k,   E_k += p'_k·out_k·B_opt·u'_k
+
+    (u', p': the previous round's links). ``time_per_bit`` is u with 0 where δ = 0."""
+    into, out = moved_blocks(pr, delta)
+    download = np.max((delta * pr.block_bits + into * pr.optimizer_bits) * time_per_bit, axis=-1)
+    if pr.previous_time_per_bit is None or pr.previous_power_w is None:
+        return pr.upload_s + download, np.zeros(delta.shape)
+    sent = np.where(out > 0, out * pr.optimizer_bits * pr.previous_time_per_bit, 0.0)
+    redistribution: FloatArray = pr.upload_s + np.max(sent, axis=-1) + download
+    return redistribution, pr.previous_power_w * sent
 
 
 def round_objective(
-    pr: RoundProblem, pipe_s: FloatArray, gather_s: FloatArray, queued_energy: FloatArray, micro: FloatArray
+    pr: RoundProblem, train_s: FloatArray, gather_s: FloatArray, queued_energy: FloatArray, micro: FloatArray
 ) -> FloatArray:
-    """J from per-cluster figures (..., N): I·T^pipe_n, the gather time max_k δ_k·B·u_k, Σ_k Q_k·E_k and M_n.
-
-        J = V·(max_n I·T^pipe_n + max_n A_n + λ·σ²/(b·Σ_n M_n)) + Σ_n Σ_k Q_k·E_k,   A_n = U + gather_n
+    """J from per-cluster figures (..., N): R_n + I·T^pipe_n, the gather time max_k δ_k·B·u_k, Σ_k Q_k·E_k
+    and M_n: J = penalty(T, Σ_n M_n) + Σ_n Σ_k Q_k·E_k with T = max_n (R_n + I·T^pipe_n) + U + max_n gather_n.
 
     The solver steps that couple clusters (the micro-batch step, the cluster choice) score with this."""
-    latency = np.max(pipe_s, axis=-1) + np.max(gather_s, axis=-1) + pr.upload_s
-    convergence = pr.gradient_variance / (pr.microbatch_size * np.sum(micro, axis=-1))
-    value: FloatArray = pr.V * (latency + pr.lambda_ * convergence) + np.sum(queued_energy, axis=-1)
+    latency = round_latency(pr, train_s, gather_s)
+    value: FloatArray = penalty(pr, latency, np.sum(micro, axis=-1)) + np.sum(queued_energy, axis=-1)
     return value
+
+
+def round_latency(pr: RoundProblem, train_s: FloatArray, gather_s: FloatArray) -> FloatArray:
+    """T = max_n (R_n + I·T^pipe_n) + U + max_n gather_n from per-cluster figures (..., N)."""
+    latency: FloatArray = np.max(train_s, axis=-1) + np.max(gather_s, axis=-1) + pr.upload_s
+    return latency
+
+
+def penalty(pr: RoundProblem, latency_s: FloatArray, total_micro: FloatArray) -> FloatArray:
+    """The drift-plus-penalty's penalty of a round of latency T training Σ_n M_n micro-batches
+    (:func:`~collapipe_core.costmodel.evaluate.penalty_terms`): V·(T + λ·σ²/(b·Σ_n M_n)) (``variance``) or
+    V·T·(1 + B_noise/(b·Σ_n M_n)) (``noise_scale``). Non-decreasing in T and non-increasing in Σ M."""
+    batch = pr.microbatch_size * np.asarray(total_micro, dtype=np.float64)
+    _, part = penalty_terms(
+        pr.convergence, pr.V, pr.lambda_, pr.gradient_variance, pr.noise_scale, batch, latency_s
+    )
+    out: FloatArray = pr.V * latency_s + part
+    return out

@@ -11,7 +11,7 @@ largest gather time of the other clusters:
   1/(m + 1) of the band (m scheduled devices) at p_max. With u_k = 1/r_k:
 
       c_k(d) = w·V·I·(3·d·a_k + 2·P·u_k) + Q_k·(M·d·e_k + p_k·u_k·(2·I·M·P + d·B)),
-      t_k = P·u_k,  γ_k(d) = d·B·u_k,  the gather term v·V·max(Γ_f, Γ);
+      t_k = P·u_k,  γ_k(d) = d·B·u_k,  the gather term v·V·max(Γ_f, Γ) and the download w·V·Γ;
 
 - **bandwidth at a price** (the Lagrangian of the band Σ β ≤ 1): every device follows the current common
   latency targets z1 = max u (link) and z2 = max δ·u (gather) and its interior value,
@@ -21,7 +21,8 @@ largest gather time of the other clusters:
   reaches p_max), and the band it takes, 1/(W·log2(1 + x)·u), is charged at μ:
 
       c_k(d) = w·V·I·(3·d·a_k + 2·P·u_k(d)) + Q_k·M·d·e_k + A_k(d)·x/log2(1 + x) + μ/(W·log2(1 + x)·u_k(d)),
-      t_k = P·z1,  γ_k(d) = d·B·u_k(d),  the gather term charged at the target: v·V·max(Γ_f, B·z2).
+      t_k = P·z1,  γ_k(d) = d·B·u_k(d),  the gather term and the download charged at the target:
+      v·V·max(Γ_f, B·z2) + w·V·B·z2.
 
   It sees the band a device frees when it is dropped and what a device needs for more TEBs, which fixed
   links cannot.
@@ -94,6 +95,7 @@ def current_links(rows: LinkRows) -> SegmentCosts:
         link_s=p_bits * u,
         c1=w * pr.V * it * (m[:, 0] - 1.0),
         c2=v * pr.V,
+        c3=w * pr.V,
         stage_f=np.full(micro.size, pr.chain_max_forward_s),
         stage_b=np.full(micro.size, pr.chain_max_backward_s),
         gather_floor=rows.floor,
@@ -150,10 +152,12 @@ def bandwidth_price(rows: LinkRows) -> SegmentCosts:
         link_s=np.broadcast_to(pr.payload_bits * z1[:, :, 0], delta.shape),
         c1=w * pr.V * pr.iterations * (m - 1.0),
         c2=np.zeros(m.size),
+        c3=np.zeros(m.size),
         stage_f=np.full(m.size, pr.chain_max_forward_s),
         stage_b=np.full(m.size, pr.chain_max_backward_s),
         gather_floor=np.zeros(m.size),
-        constant=v * pr.V * np.maximum(rows.floor, pr.block_bits * z2[:, 0, 0]),
+        constant=pr.V
+        * (v * np.maximum(rows.floor, pr.block_bits * z2[:, 0, 0]) + w * pr.block_bits * z2[:, 0, 0]),
     )
 
 

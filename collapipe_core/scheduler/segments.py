@@ -2,7 +2,7 @@
 
 For one row the segment problem is
 
-    J(δ) = Σ_{k: δ_k>0} c_k(δ_k) + c1·[max(c_F, X, T) + max(c_B, 2X, T)] + c2·max(Γ_f, Γ) + constant
+    J(δ) = Σ_{k: δ_k>0} c_k(δ_k) + c1·[max(c_F, X, T) + max(c_B, 2X, T)] + c2·max(Γ_f, Γ) + c3·Γ + constant
     X = max_{δ_k>0} δ_k·a_k,   T = max_{δ_k>0} t_k,   Γ = max_{δ_k>0} γ_k(δ_k)
 
 over Σ_k δ_k = L, 0 ≤ δ_k ≤ cap_k (memory; 0 for unavailable devices), the segments contiguous in device
@@ -17,7 +17,7 @@ The DP over (devices, TEBs placed) is exact for the additive part; the three max
   device k at the largest d with d·a_k ≤ X̄ and γ_k(d') ≤ Γ̄ for all d' ≤ d, and charges the maxima at X̄
   and Γ̄. Every solution is feasible under its own thresholds, where the charge is exact, so the minimum
   over all pairs is the optimum. Values at or below a term's floor (X̄ ≤ min(max(c_F, T_min),
-  max(c_B, T_min)/2); Γ̄ ≤ Γ_f) charge the floor and are merged into the largest of them.
+  max(c_B, T_min)/2); Γ̄ ≤ Γ_f where c3 = 0) charge the floor and are merged into the largest of them.
 
 Pairs are solved in increasing order of a valid lower bound — the LP relaxation (each device's least cost
 per TEB within its cap, min_{d ≤ cap} c_k(d)/d, filled greedily) plus the maxima at the thresholds — and a
@@ -29,7 +29,7 @@ With dp_s[j] the least cost of j TEBs on the first s devices with the schedule s
 
     dp_s[j] = min(dp_{s−1}[j],  min_{1 ≤ d ≤ cap_s} dp_{s−1}[j − d] + c_s(d),  c_s(j) + S_s)   (j ≤ cap_s)
 
-where S_s = c1·[max(c_F, X̄, t_s) + max(c_B, 2X̄, t_s)] + c2·max(Γ_f, Γ̄) charges the maxima when device s
+where S_s = c1·[max(c_F, X̄, t_s) + max(c_B, 2X̄, t_s)] + c2·max(Γ_f, Γ̄) + c3·Γ̄ charges the maxima when device s
 starts the schedule. Work: O(rows × pairs × K × L × D), D the largest cap, each device step one array
 operation over every (row, pair) of a batch.
 """
@@ -58,6 +58,7 @@ class SegmentCosts:
     link_s: FloatArray  # t_k
     c1: FloatArray
     c2: FloatArray
+    c3: FloatArray  # weight of Γ alone: the redistribution's download, w·V (the gather's own weight is c2)
     stage_f: FloatArray
     stage_b: FloatArray
     gather_floor: FloatArray
@@ -86,12 +87,13 @@ def segment_cost(sc: SegmentCosts, delta: IntArray) -> FloatArray:
 
 
 def _maxima(sc: SegmentCosts, rows: IntArray, x: FloatArray, t: FloatArray, gather: FloatArray) -> FloatArray:
-    """c1·[max(c_F, X, T) + max(c_B, 2X, T)] + c2·max(Γ_f, Γ) of the given rows (x, t, gather broadcast
+    """c1·[max(c_F, X, T) + max(c_B, 2X, T)] + c2·max(Γ_f, Γ) + c3·Γ of the given rows (x, t, gather broadcast
     against ``rows``' shape)."""
     stages = np.maximum(np.maximum(sc.stage_f[rows], x), t) + np.maximum(
         np.maximum(sc.stage_b[rows], 2 * x), t
     )
-    value: FloatArray = sc.c1[rows] * stages + sc.c2[rows] * np.maximum(sc.gather_floor[rows], gather)
+    gathers = sc.c2[rows] * np.maximum(sc.gather_floor[rows], gather) + sc.c3[rows] * gather
+    value: FloatArray = sc.c1[rows] * stages + gathers
     return value
 
 
@@ -163,13 +165,14 @@ def _thresholds(
     t_low = np.min(np.where(caps > 0, sc.link_s, np.inf), axis=1)
     x_floor = np.minimum(np.maximum(sc.stage_f, t_low), 0.5 * np.maximum(sc.stage_b, t_low))
     x_values = np.where(allowed & (sc.c1 > 0)[:, None, None], sc.compute_s[:, :, None] * d, np.inf)
-    g_values = np.where(allowed & (sc.c2 > 0)[:, None, None], sc.gather_s, np.inf)
+    g_values = np.where(allowed & ((sc.c2 > 0) | (sc.c3 > 0))[:, None, None], sc.gather_s, np.inf)
     on = current > 0
     x_now = np.max(np.where(on, current * sc.compute_s, 0.0), axis=1)
     index = np.clip(current - 1, 0, L - 1)[:, :, None]
     g_now = np.max(np.where(on, np.take_along_axis(sc.gather_s, index, axis=2)[:, :, 0], 0.0), axis=1)
     xs = _window(_merged_floor(x_values.reshape(rows, -1), x_floor), x_now, width)
-    gs = _window(_merged_floor(g_values.reshape(rows, -1), sc.gather_floor), g_now, width)
+    g_floor = np.where(sc.c3 > 0, 0.0, sc.gather_floor)  # below Γ_f thresholds differ only through c3·Γ̄
+    gs = _window(_merged_floor(g_values.reshape(rows, -1), g_floor), g_now, width)
     # under a threshold the allowed d form a prefix (d·a_k grows; γ_k is non-decreasing)
     by_x = np.floor(xs[:, :, None] * (1 + TOLERANCE) / sc.compute_s[:, None, :])
     by_g = np.sum(sc.gather_s[:, None, :, :] <= gs[:, :, None, None] * (1 + TOLERANCE), axis=3)  # (R, G, K)

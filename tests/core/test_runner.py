@@ -187,3 +187,24 @@ def test_quickstart_shape_eval_loss_falls() -> None:
     losses = [r.round.eval_loss for r in sink.results]
     assert losses[-1] is not None and losses[0] is not None
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_the_noise_scale_term_uses_the_configured_value_then_the_one_training_measured() -> None:
+    """scheduler.convergence 'noise_scale': round 0 is scored with the configured B_noise, each later round
+    with the running average training measured up to the round before."""
+    configured = 500.0
+    config = tiny_config(
+        training={"rounds": 3},
+        scheduler={"convergence": "noise_scale", "gradient_noise_scale": configured},
+    )
+    sink = MemorySink()
+    Runner(config, sink).run()
+    b = config.training.microbatch_size
+    used = [configured] + [r.round.gradient_noise_scale for r in sink.results[:-1]]
+    for result, noise in zip(sink.results, used, strict=True):
+        r = result.round
+        assert noise is not None
+        batch = b * sum(r.num_microbatches)
+        expected = config.scheduler.V * r.latency_s * noise / batch
+        assert r.objective_convergence == pytest.approx(expected, rel=1e-9)
+    assert used[1] != configured

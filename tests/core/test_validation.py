@@ -47,6 +47,8 @@ BAD = [
     ("scheduler.gradient_noise_scale", 0.0, "positive number of samples"),
     ("scheduler.gradient_noise_scale", -3, "measure it with `collapipe calibrate CONFIG`"),
     ("scheduler.gradient_noise_scale", "12", "numbers are never text"),
+    ("scheduler.convergence", "noise_scale", "needs scheduler.gradient_noise_scale"),
+    ("scheduler.convergence", "loss", "'variance' or 'noise_scale'"),
     # strict types: what a YAML or JSON file says is what it means
     ("training.rounds", True, "valid integer"),
     ("training.rounds", 2.5, "a whole number, not 2.5"),

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 
 from collapipe_core.config import ExperimentConfig
+from collapipe_core.decision import Decision
+from collapipe_core.scheduler.problem import build_problem
 from collapipe_core.state import Environment, RoundState, build_environment, observe
 
 
@@ -79,6 +81,22 @@ def random_instance(seed: int) -> RoundState:
     available = rng.random(shape) < 0.85
     available[np.arange(shape[0]), rng.integers(0, shape[1], shape[0])] = True
     return dataclasses.replace(state, available=available)
+
+
+def random_decision(state: RoundState, rng: np.random.Generator) -> Decision:
+    """A random pipeline decision of ``state``: the TEBs spread at random over the available devices, random
+    bandwidth shares and powers on the scheduled ones, a random M within the limit."""
+    pr = build_problem(state)
+    n, k = pr.shape
+    delta = np.zeros((n, k), dtype=np.int64)
+    for c in range(n):
+        slots = np.flatnonzero(state.available[c])
+        delta[c, slots] = rng.multinomial(pr.num_blocks, np.ones(slots.size) / slots.size)
+    on = delta > 0
+    beta = np.where(on, rng.dirichlet(np.ones(k), n), 0.0)
+    beta = beta / beta.sum(axis=1, keepdims=True)
+    power = np.where(on, rng.uniform(0.01, 1.0, (n, k)) * pr.max_power_w, 0.0)
+    return Decision.from_arrays(delta, beta, power, rng.integers(1, pr.microbatch_limit + 1, n))
 
 
 def random_round(seed: int, clusters: int, devices: int) -> RoundState:

@@ -21,10 +21,12 @@ def _latency(
         u = np.where(on, 1.0 / (d * beta), 0.0)
     link = p_bits * u.max(axis=-1)
     gather = b_bits * (delta * u).max(axis=-1)
+    download = t.download * gather if t.download[0] > 0 else 0.0
     return np.asarray(
         t.a * u.sum(axis=-1)
         + t.c1 * (np.maximum(t.stage_f, link) + np.maximum(t.stage_b, link))
         + t.c2 * np.maximum(t.gather_floor, gather)
+        + download
     )
 
 
@@ -39,7 +41,7 @@ def test_the_bandwidth_step_finds_the_least_latency_on_the_simplex() -> None:
             delta[trial % 4] = 0
         d = rng.uniform(0.5, 5, 3)  # links at a fixed SNR: the model where the step is exact
         p_bits, b_bits = rng.uniform(0.5, 2), rng.uniform(0.5, 2)
-        values = [rng.uniform(0.1, 2), rng.uniform(0, 3), rng.uniform(0, 3)]
+        values = [rng.uniform(0.1, 2), rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(0, 2) * (trial % 2)]
         values += [rng.uniform(0, 1), rng.uniform(0, 2), rng.uniform(0, 1) * (trial % 3 == 0)]
         terms = LinkTerms(*(np.array([x]) for x in values))
         beta, bracket = bandwidth_step(terms, delta[None], np.zeros((1, 3)), d[None], p_bits, b_bits)

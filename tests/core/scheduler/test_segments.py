@@ -22,6 +22,7 @@ def _random_costs(rng: np.random.Generator, rows: int, k: int, L: int) -> Segmen
         link_s=rng.uniform(0.01, 1.0, (rows, k)),
         c1=rng.uniform(0, 3, rows) * (rng.random(rows) < 0.8),
         c2=rng.uniform(0, 3, rows),
+        c3=rng.uniform(0, 3, rows) * (rng.random(rows) < 0.5),
         stage_f=rng.uniform(0, 0.5, rows),
         stage_b=rng.uniform(0, 1.0, rows),
         gather_floor=rng.uniform(0, 1.0, rows) * (rng.random(rows) < 0.5),
