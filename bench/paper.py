@@ -18,7 +18,10 @@ For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparis
    sequence share one training run;
 3. a V sweep of DSSDA on the Transformer scenario: mean latency and mean penalty T + λ·G(M) (the term
    the O(1/V) bound is about) against the mean virtual-queue backlog (O(V));
-4. DSSDA's decision time against the number of devices and of encoder blocks.
+4. DSSDA's decision time against the number of devices and of encoder blocks;
+5. blocks moved per round and the share of the round latency they cost (the redistribution's moved
+   optimizer state), for every policy and for DSSDA deciding blind to the previous placement (before it
+   weighs moves: ``blind_task``).
 
 Writes ``paper.csv``, ``paper.json`` and a self-contained ``paper.html`` (plotly.js inlined) to
 ``--out``, prints the headline table and the JSON summary (one line on stdout with ``--json``, the table
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import multiprocessing
 import statistics
@@ -44,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from collapipe_core.config import ExperimentConfig
+from collapipe_core.costmodel import evaluate
 from collapipe_core.decision import Decision
 from collapipe_core.metrics import time_to_target
 from collapipe_core.records import RoundResult
@@ -51,7 +56,7 @@ from collapipe_core.runner import Runner
 from collapipe_core.scheduler import get_policy
 from collapipe_core.scheduler.baselines import equal_bandwidth_max_power, equal_split
 from collapipe_core.sinks import MemorySink
-from collapipe_core.state import RoundState, build_environment, observe
+from collapipe_core.state import Placement, RoundState, build_environment, observe, update_queues
 from collapipe_core.validation import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +138,8 @@ def modeled_figures(results: list[RoundResult], samples_per_microbatch: int) -> 
         "energy_over_budget_max": max(per_device),
         "energy_over_budget_mean": statistics.fmean(per_device),
         "infeasible_rounds": sum(not r.round.feasible for r in results),
+        "mean_blocks_moved": statistics.fmean(r.round.blocks_moved or 0 for r in results),
+        "moves_latency_share": statistics.fmean(r.round.moves_latency_share or 0.0 for r in results),
     }
 
 
@@ -145,6 +152,32 @@ def analytic_task(path: Path, policy: str, rounds: int) -> dict[str, Any]:
         "figures": modeled_figures(results, per_microbatch),
         "latency_series": [r.round.latency_s for r in results],
         "microbatches": [list(r.round.num_microbatches) for r in results],
+    }
+
+
+def blind_task(path: Path, rounds: int) -> dict[str, float]:
+    """DSSDA deciding as if no TEB had a previous holder (blind to what moves cost), each round evaluated
+    with the placement the round before left: DSSDA's row before it weighs moves."""
+    config = scenario_config(path)
+    env = Runner(config.model_copy(update={"executor": "analytic"}), MemorySink()).env
+    policy = get_policy("dssda")
+    queues, previous = np.zeros(env.scenario.shape), None
+    latency, moved, share, energy = [], [], [], []
+    for t in range(rounds):
+        state = observe(env, t, queues, previous)
+        decision = policy.decide(dataclasses.replace(state, previous=None))
+        ev = evaluate(state, decision)
+        latency.append(ev.latency_s)
+        moved.append(int(ev.blocks_moved.sum()))
+        share.append(ev.moves_latency_s / ev.latency_s)
+        energy.append(ev.energy_j / env.scenario.energy_budget_j)
+        queues = update_queues(queues, ev.energy_j, env.scenario.energy_budget_j)
+        previous = Placement.of(decision, ev.rate_bps)
+    return {
+        "mean_latency_s": statistics.fmean(latency),
+        "mean_blocks_moved": statistics.fmean(moved),
+        "moves_latency_share": statistics.fmean(share),
+        "energy_over_budget_max": float(np.max(np.mean(energy, axis=0))),
     }
 
 
@@ -227,6 +260,7 @@ def run_task(name: str, *args: Any) -> Any:
     tasks: dict[str, Callable[..., Any]] = {
         "analytic": analytic_task,
         "sweep": v_sweep_task,
+        "blind": blind_task,
         "train": train_task,
     }
     return tasks[name](*args)
@@ -247,13 +281,15 @@ def compare(
         names = list(SCENARIOS)
         calls = [("analytic", SCENARIOS[s], p, rounds) for s in names for p in POLICIES]
         sweep_calls = [("sweep", SCENARIOS["transformer"], v, rounds) for v in V_VALUES]
-        done = _starmap(pool, calls + sweep_calls)
+        blind_calls = [("blind", SCENARIOS[s], rounds) for s in names]
+        done = _starmap(pool, calls + sweep_calls + blind_calls)
+        blind = dict(zip(names, done[len(calls) + len(sweep_calls) :], strict=True))
         _progress(f"modeled {len(calls)} policy runs and {len(sweep_calls)} V values")
         analytic = {
             s: dict(zip(POLICIES, done[i * len(POLICIES) : (i + 1) * len(POLICIES)], strict=True))
             for i, s in enumerate(names)
         }
-        sweep = done[len(calls) :]
+        sweep = done[len(calls) : len(calls) + len(sweep_calls)]
         # training: one run per distinct M trajectory; the uniform group first, it sets the target
         groups: dict[str, dict[tuple[tuple[int, ...], ...], list[str]]] = {}
         for s in names:
@@ -302,6 +338,7 @@ def compare(
             {
                 "scenario": SCENARIOS[s].stem,
                 "target_eval_loss": targets[s],
+                "dssda_blind_to_moves": blind[s],
                 "training_groups": list(groups[s].values()),
                 "figures": figures,
                 "eval_loss": losses,
@@ -384,6 +421,8 @@ CSV_KEYS = [
     "trained_rounds",
     "final_eval_loss",
     "infeasible_rounds",
+    "mean_blocks_moved",
+    "moves_latency_share",
 ]
 
 
@@ -431,6 +470,17 @@ def headline_table(report: dict[str, Any]) -> str:
                 f"  {f['memory_ratio_to_fl']:7.2f} {f['mean_memory_ratio_to_fl']:7.2f}"
                 f"  {f['energy_over_budget_max']:7.2f}  {ttt}"
             )
+        blind = s["dssda_blind_to_moves"]
+        lines.append(
+            "blocks moved per round (share of latency they cost): "
+            + ", ".join(
+                f"{p} {f['mean_blocks_moved']:.2f} ({100 * f['moves_latency_share']:.1f} %)"
+                for p, f in figs.items()
+            )
+            + f"; dssda blind to moves {blind['mean_blocks_moved']:.2f}"
+            f" ({100 * blind['moves_latency_share']:.1f} %, latency {blind['mean_latency_s']:.1f} s,"
+            f" E/Ē_max {blind['energy_over_budget_max']:.2f})"
+        )
     lines.append("== V sweep (DSSDA, paper-transformer)")
     lines.append("       V  latency_s  penalty_s     M  mean_backlog_J  max_device_backlog_J  E/Ē_max")
     for r in report["v_sweep"]:
