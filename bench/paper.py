@@ -27,7 +27,8 @@ Writes ``paper.csv``, ``paper.json`` and a self-contained ``paper.html`` (plotly
 ``--out``, prints the headline table and the JSON summary (one line on stdout with ``--json``, the table
 then going to stderr). Training runs single-threaded in ``--workers`` processes (torch's own threads
 are slower than one thread per process on a shared 2-core machine).
-Run: ``collapipe bench paper [--json] [--out DIR] [--rounds R] [--train-rounds R] [--workers W]``.
+Run: ``collapipe bench paper [--json] [--out DIR] [--rounds R] [--train-rounds R] [--workers W]
+[--decision-devices 4,12,50,100,1000]``.
 """
 
 from __future__ import annotations
@@ -583,6 +584,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, default=2, help="processes for the policies and the training")
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--decision-devices",
+        default="4,12,50,100,1000",
+        help="device counts of the decision-time grid (comma-separated)",
+    )
     args = parser.parse_args(argv)
     if args.train_rounds > args.rounds:
         parser.error(f"--train-rounds ({args.train_rounds}) must not exceed --rounds ({args.rounds})")
@@ -591,7 +597,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {
         "scenarios": scenarios,
         "v_sweep": sweep,
-        "decision_time": decision_times((4, 12, 50, 100, 1000), (6, 12, 24, 48), repeats=5),
+        "decision_time": decision_times(
+            tuple(int(d) for d in args.decision_devices.split(",")), (6, 12, 24, 48), repeats=5
+        ),
     }
     report["summary"] = {
         "paper_claims": PAPER_CLAIMS,

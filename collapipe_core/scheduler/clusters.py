@@ -207,7 +207,9 @@ def _undominated(
 def _select(
     pr: RoundProblem, pipe: FloatArray, gather: FloatArray, energy: FloatArray, m: FloatArray
 ) -> IntArray:
-    _s_count, w, n = pipe.shape
+    s_count, w, n = pipe.shape
+    if w == 1:  # one undominated option per cluster
+        return np.zeros((s_count, n), dtype=np.int64)
     if w**n <= PRODUCT_LIMIT:
         combos = np.stack(np.unravel_index(np.arange(w**n), (w,) * n), axis=1)  # (W^N, N)
         columns = np.arange(n)

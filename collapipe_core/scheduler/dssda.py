@@ -64,6 +64,7 @@ TOLERANCE = 1e-9
 MAX_PASSES = 16  # per descent
 PASS_WEIGHTS = (1.0, 0.3, 0.0)  # the weight menu of the coupled links after each pass
 JOINT_CHUNK = 16  # candidates per batch of the joint M step
+NEIGHBOUR_CLUSTERS = 16  # most clusters of the final M ± 1 search (2N candidates, each coupling N clusters)
 
 Figures = tuple[FloatArray, FloatArray, FloatArray, FloatArray]  # R + I·T^pipe, gather time, Σ Q·E, M
 
@@ -99,7 +100,7 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     fine = (delta, micro, beta, power)
     if objective(pr, fine) < current:
         solution, current = fine, objective(pr, fine)
-    if n > 1:
+    if 1 < n <= NEIGHBOUR_CLUSTERS:
         solution, current = _micro_neighbours(pr, cache, solution, current)
     decision = Decision.from_arrays(
         solution[0], solution[2], solution[3], solution[1], solver_iterations=passes
