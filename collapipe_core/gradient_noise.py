@@ -33,11 +33,18 @@ Squared norms add over disjoint sets of parameters: each pipeline stage reports 
 parameters (a parameter two stages share counted once) and the stages' sums are added
 (:meth:`GradientNormSums.__add__`). A step with M = 1 has one batch size only and estimates nothing.
 
+Measured steps. The executors measure the steps of a cluster's local iterations 0, k, 2k, … of each
+round, k = :data:`MEASUREMENT_INTERVAL` (:func:`is_measured_iteration`), and train the others
+without reading any norm: every round that trains has a measured step per cluster (iteration 0), and
+each measured step's estimates are as unbiased as any step's, so fewer of them only make the average
+noisier. Reading the norms costs passes over the gradient that a large model pays in memory traffic
+(bench/training_overhead.py).
+
 Clusters. Each cluster trains its own replica on its own shard, from the same global weights, before
 FedAvg; the micro-batch count M acts on these local steps. A round's estimate
-(:func:`estimate_round`) is the mean over a cluster's steps of the two unbiased estimates, then the
-data-size weighted mean over the clusters (FedAvg's weights) that ran M ≥ 2: tr(Σ) and |G|² of the
-clusters' local steps. With non-IID shards this is not the noise scale of the pooled data (whose
+(:func:`estimate_round`) is the mean over a cluster's measured steps of the two unbiased estimates,
+then the data-size weighted mean over the clusters (FedAvg's weights) that ran M ≥ 2: tr(Σ) and |G|²
+of the clusters' local steps. With non-IID shards this is not the noise scale of the pooled data (whose
 gradient is the mean of the clusters' and can be much shorter than each).
 
 Smoothing (:class:`NoiseScaleAverage`): as McCandlish et al. do, exponential moving averages of tr(Σ)
@@ -53,6 +60,15 @@ from typing import Any
 
 SMOOTHING_DECAY = 0.9
 """Per round: weight of the running averages against the round's estimate (about 10 rounds' memory)."""
+
+MEASUREMENT_INTERVAL = 2
+"""Local iterations from one measured step to the next (:func:`is_measured_iteration`): every other one,
+which halves the measurement's cost where I ≥ 2 and keeps one step in two for the estimate."""
+
+
+def is_measured_iteration(local_iteration: int) -> bool:
+    """Whether the step of this local iteration (0, 1, … within a round and cluster) is measured."""
+    return local_iteration % MEASUREMENT_INTERVAL == 0
 
 
 @dataclass(frozen=True)

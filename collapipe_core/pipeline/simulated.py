@@ -7,9 +7,10 @@ segments → edge head) accumulating the gradient of the step's token-weighted l
 all M micro-batches / their number, :mod:`collapipe_core.models.losses`), and takes one optimizer
 step. The clusters' models are then averaged with FedAvg weighted by data size and evaluated on the
 held-out set. Each cluster keeps its own optimizer state across rounds. Timings, energy and memory
-are the cost model's. Every step's squared gradient norms (per micro-batch and accumulated,
-:mod:`collapipe_core.pipeline.gradient_norms`) give the round's estimate of the gradient noise
-(:func:`collapipe_core.gradient_noise.estimate_round`).
+are the cost model's. The squared gradient norms (per micro-batch and accumulated,
+:mod:`collapipe_core.pipeline.gradient_norms`) of the measured steps, local iterations 0, 2, 4, …
+(:func:`collapipe_core.gradient_noise.is_measured_iteration`), give the round's estimate of the
+gradient noise (:func:`collapipe_core.gradient_noise.estimate_round`).
 
 The ``fl`` baseline's decisions (mode "replicated", data parallel inside a cluster) compute the same
 gradient (the loss over the same M·b samples), so they train through the same path.
@@ -28,7 +29,7 @@ from collapipe_core.config import ExperimentConfig
 from collapipe_core.data import DatasetBundle, batch_indices
 from collapipe_core.decision import Decision
 from collapipe_core.federated.fedavg import fedavg
-from collapipe_core.gradient_noise import GradientNormSums, estimate_round
+from collapipe_core.gradient_noise import GradientNormSums, estimate_round, is_measured_iteration
 from collapipe_core.models import EncoderStackModel, build_model, loss_for, source_mask
 from collapipe_core.pipeline.executor import TrainingOutcome
 from collapipe_core.pipeline.gradient_norms import GradientNormProbe
@@ -84,7 +85,7 @@ class SimulatedExecutor:
     def execute(self, state: RoundState, decision: Decision) -> TrainingOutcome:
         t, b = state.round_index, state.settings.microbatch_size
         cluster_states, losses = [], []
-        norms: list[list[GradientNormSums]] = []  # per cluster, per local iteration
+        norms: list[list[GradientNormSums]] = []  # per cluster, per measured local iteration
         for n, (shard, cluster) in enumerate(zip(self.bundle.shards, decision.clusters, strict=True)):
             torch.manual_seed(_seed(self.config.seed, t, n, 0xD0))  # dropout stream, resumable
             self.model.load_state_dict(self.global_state)
@@ -99,15 +100,17 @@ class SimulatedExecutor:
             norms.append([])
             with GradientNormProbe(self.model.parameters()) as probe:
                 for it in range(state.settings.local_iterations):
-                    m = cluster.num_microbatches
+                    m, measured = cluster.num_microbatches, is_measured_iteration(it)
                     idx = batch_indices(len(shard), m * b, (self.config.seed, t, n, it))
                     src, tgt = shard.src[idx], shard.tgt[idx]
                     optimizer.zero_grad(set_to_none=True)
-                    probe.start_step()
+                    if measured:
+                        probe.start_step()
                     cluster_loss += accumulate_microbatches(
                         stages, self.loss, src, source_mask(src, self.pad_id), tgt, m
                     )
-                    norms[-1].append(probe.finish_step(m, b))
+                    if measured:
+                        norms[-1].append(probe.finish_step(m, b))
                     optimizer.step()
             losses.append(cluster_loss / state.settings.local_iterations)
             cluster_states.append(copy.deepcopy(self.model.state_dict()))

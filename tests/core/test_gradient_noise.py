@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from collapipe_core import api
 from collapipe_core.data import load_dataset
 from collapipe_core.gradient_noise import (
     GradientNormSums,
@@ -16,11 +17,14 @@ from collapipe_core.gradient_noise import (
     NoiseScaleAverage,
     estimate_round,
     estimate_step,
+    is_measured_iteration,
 )
 from collapipe_core.models import loss_for, source_mask, split_targets
+from collapipe_core.pipeline import simulated
 from collapipe_core.pipeline.gradient_norms import GradientNormProbe
-from collapipe_core.pipeline.simulated import build_run_model
+from collapipe_core.pipeline.simulated import SimulatedExecutor, build_run_model
 from collapipe_core.pipeline.split import accumulate_microbatches, split_model
+from collapipe_core.state import build_environment, observe
 from tests.core.builders import tiny_config
 
 FloatArray = np.ndarray[Any, np.dtype[np.float64]]
@@ -103,6 +107,33 @@ def test_the_noise_scale_is_the_ratio_of_the_two_running_averages() -> None:
     average = average.update(NoiseEstimate(trace=0.0, sq_norm=-10.0))
     assert average.noise_scale is None  # the averaged |G|² is negative: not resolved
     assert NoiseScaleAverage.from_json(average.to_json()) == average
+
+
+def test_a_round_measures_every_other_local_iteration_from_the_first() -> None:
+    assert [i for i in range(5) if is_measured_iteration(i)] == [0, 2, 4]
+
+
+def test_the_simulated_executor_s_estimate_is_that_of_its_measured_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = tiny_config(training={"local_iterations": 3})
+    bundle = load_dataset(config)
+    executor = SimulatedExecutor(config, bundle)
+    found: list[GradientNormSums] = []
+
+    class Recording(GradientNormProbe):
+        def finish_step(self, num_microbatches: int, microbatch_size: int) -> GradientNormSums:
+            sums = super().finish_step(num_microbatches, microbatch_size)
+            found.append(sums)
+            return sums
+
+    monkeypatch.setattr(simulated, "GradientNormProbe", Recording)
+    env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size, None)
+    state = observe(env, 0)
+    outcome = executor.execute(state, api.decide("uniform", state))
+    assert len(found) == 2 * 2  # local iterations 0 and 2 of each of the 2 clusters
+    sizes = [len(shard) for shard in bundle.shards]
+    assert outcome.gradient_noise == estimate_round([found[:2], found[2:]], sizes)
 
 
 # -- a real model's training steps against the gradients of every sample ------------------------------

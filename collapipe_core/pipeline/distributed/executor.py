@@ -13,7 +13,7 @@ and send back the averaged model and their optimizer states. Ranks keep no model
 so a failed round leaves the driver's state as it was before it, and a resume needs nothing but the
 checkpoint.
 
-Each rank reports its stage's squared gradient norms per iteration; squared norms add over the
+Each rank reports its stage's squared gradient norms per measured iteration; squared norms add over the
 stages' disjoint parameters, so a cluster's sums are the sums over its ranks, and the round's gradient
 noise estimate is the simulated executor's (:func:`collapipe_core.gradient_noise.estimate_round`).
 """
@@ -33,7 +33,7 @@ from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel import link_rate_bps
 from collapipe_core.data import DatasetBundle, batch_indices
 from collapipe_core.decision import Decision
-from collapipe_core.gradient_noise import GradientNormSums, estimate_round
+from collapipe_core.gradient_noise import GradientNormSums, estimate_round, is_measured_iteration
 from collapipe_core.models import source_mask
 from collapipe_core.pipeline.distributed import protocol as p
 from collapipe_core.pipeline.distributed.launch import WorkerPool
@@ -299,11 +299,12 @@ class DistributedExecutor:
     def _norm_sums(
         state: RoundState, plan: ClusterPlan, reports: dict[int, p.RankReport]
     ) -> list[GradientNormSums]:
-        """A cluster's squared gradient norms per iteration: the sums over its ranks' stages."""
+        """A cluster's squared gradient norms per measured iteration: the sums over its ranks' stages."""
         steps = []
         m, b = plan.num_microbatches, state.settings.microbatch_size
-        for it in range(state.settings.local_iterations):
-            parts = [GradientNormSums(*reports[rank].gradient_norms[it], m, b) for rank in plan.ranks]
+        num_measured = sum(map(is_measured_iteration, range(state.settings.local_iterations)))
+        for j in range(num_measured):
+            parts = [GradientNormSums(*reports[rank].gradient_norms[j], m, b) for rank in plan.ranks]
             total = parts[0]
             for part in parts[1:]:
                 total = total + part

@@ -157,7 +157,7 @@ class RankReport:
     details: dict[str, list[float]] = field(default_factory=dict)  # per micro-batch / per step timings
     optimizer_state: dict[str, dict[str, Any]] = field(default_factory=dict)
     losses: list[list[float]] = field(default_factory=list)  # edge: per iteration, per micro-batch
-    # per iteration, over the rank's own parameters: (Σ_m |c_m|², |Σ_m c_m|²), see gradient_noise.py
+    # per measured iteration, over the rank's own parameters: (Σ_m |c_m|², |Σ_m c_m|²), gradient_noise.py
     gradient_norms: list[tuple[float, float]] = field(default_factory=list)
     averaged_state: dict[str, torch.Tensor] | None = None  # the CU of cluster 0: FedAvg result
     gradients: dict[str, torch.Tensor] = field(default_factory=dict)  # report_gradients only

@@ -9,9 +9,10 @@ group, builds the model skeleton on the meta device, then serves rounds until to
    with tied weights also has one group per cluster of its CU and edge server, made at start-up);
 2. the cluster's ranks train their stages for I iterations with the torch schedule; clusters run one
    after the other (a world barrier between them) unless ``concurrent_clusters``. Around the
-   schedule, hooks on the stage's parameters read each micro-batch's squared gradient norm and, after
-   the step, the accumulated gradient's (:mod:`collapipe_core.pipeline.gradient_norms`): a rank reports
-   its own stage's sums per iteration, and the driver adds them over the pipeline's ranks (a tied
+   schedule of a measured iteration (0, 2, 4, …: :func:`collapipe_core.gradient_noise.is_measured_iteration`),
+   hooks on the stage's parameters read each micro-batch's squared gradient norm and, after the step,
+   the accumulated gradient's (:mod:`collapipe_core.pipeline.gradient_norms`): a rank reports its own
+   stage's sums per measured iteration, and the driver adds them over the pipeline's ranks (a tied
    parameter's micro-batch gradients are first added on the CU, which counts it);
 3. FedAvg: each scheduled rank sends its trained parameters to its CU; the CUs all-reduce the
    data-size-weighted sum in float64 over the CU group; the CU of cluster 0 returns the average;
@@ -41,7 +42,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from collapipe_core.gradient_noise import GradientNormSums
+from collapipe_core.gradient_noise import GradientNormSums, is_measured_iteration
 from collapipe_core.models import EncoderStackModel, build_skeleton, loss_for
 from collapipe_core.pipeline.distributed import protocol as p
 from collapipe_core.pipeline.distributed.link import LinkEmulator
@@ -247,15 +248,17 @@ class RankWorker:
         tracker = TensorBytesTracker() if self.spec.track_tensor_bytes else None
         baseline_rss = reset_rss_peak()
         losses_per_step: list[list[float]] = []
-        norms_per_step: list[tuple[float, float]] = []
+        norms_per_step: list[tuple[float, float]] = []  # per measured iteration
         probe = GradientNormProbe(module.parameters(), kept=tied)
         for it, batch in enumerate(stage.batches):
+            measuring = is_measured_iteration(it)
             # the tracker sees the first iteration only: every iteration has the same shapes, and the
             # Python call per op it costs would otherwise slow every iteration's compute
             tracking = tracker if tracker is not None and it == 0 else contextlib.nullcontext()
             with tracking:
                 optimizer.zero_grad(set_to_none=True)
-                probe.start_step()
+                if measuring:
+                    probe.start_step()
                 losses: list[Tensor] = []
                 inputs = {k: v.to(self.device) for k, v in batch.items()}
                 started = time.perf_counter()
@@ -272,10 +275,11 @@ class RankWorker:
                     raise RuntimeError(f"{prefetch.pending()} receives posted ahead were never used")
                 clock.step_s += ended - started
                 clock.steps.append((started, ended))
-                sums = probe.finish_step(plan.num_microbatches, task.microbatch_size)
-                if tied:
-                    sums = sums + self._tied_norm_sums(probe, tied, stage.cluster, sums)
-                norms_per_step.append((sums.microbatch_sq_sum, sums.step_sq))
+                if measuring:
+                    sums = probe.finish_step(plan.num_microbatches, task.microbatch_size)
+                    if tied:
+                        sums = sums + self._tied_norm_sums(probe, tied, stage.cluster, sums)
+                    norms_per_step.append((sums.microbatch_sq_sum, sums.step_sq))
                 optimizer_started = time.perf_counter()
                 optimizer.step()
                 clock.optimizer_s += time.perf_counter() - optimizer_started

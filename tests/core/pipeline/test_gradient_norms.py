@@ -133,3 +133,26 @@ def test_kept_parameters_keep_each_contribution_and_a_closed_probe_reads_nothing
     _train_step(model, [probe], batch)
     assert probe.finish_step(MICROBATCHES, 2).microbatch_sq_sum == 0.0
     assert probe.contributions(kept) == []
+
+
+def test_the_hooks_are_on_only_from_start_to_finish_of_a_step_and_other_hooks_stay() -> None:
+    """An unmeasured step costs nothing: between steps no parameter has a hook of the probe, not even
+    the emptied hook dict autograd would still call into Python for."""
+    model = _model(kind="seq2seq")
+    batch = _batch("seq2seq")
+    watched = model.embedding.tok.weight  # type: ignore[union-attr]
+    seen: list[torch.Tensor] = []
+    watched.register_hook(seen.append)
+    others = [p for p in model.parameters() if p is not watched]
+    with GradientNormProbe(model.parameters()) as probe:
+        assert all(p._backward_hooks is None for p in others)
+        _train_step(model, [probe], batch)
+        assert all(p._backward_hooks for p in model.parameters())
+        measured = probe.finish_step(MICROBATCHES, 2)
+        assert all(p._backward_hooks is None for p in others)
+        assert watched._backward_hooks is not None and len(watched._backward_hooks) == 1
+        _train_step(model, [], batch)  # an unmeasured step
+        _train_step(model, [probe], batch)
+        assert probe.finish_step(MICROBATCHES, 2) == measured  # the same batch, the same sums
+    assert all(p._backward_hooks is None for p in others)
+    assert len(seen) == 3 * MICROBATCHES  # the other hook ran in every step
