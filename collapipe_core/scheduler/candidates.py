@@ -1,14 +1,12 @@
 """Each cluster's candidates in a descent pass: new (δ_n, M_n) the driver solves links for and judges.
 
 - **The segment step** (:func:`segment_step`): the exact segment DP (module ``segments``) for every
-  cluster, candidate M, row set and link model (module ``segment_costs``);
-  each (cluster, M, row set, model) proposes its δ. Candidate M: the grid 1, 2, 3, 4, 6, 8, 12, … ≤ M_max,
-  M_max and M ± 1. A row set is the weights (w_n, v_n) the models use for the cluster's pipeline and gather
-  times, whether the gather term has the other clusters' largest gather time as its floor, and whether it
-  runs at every candidate M or at the cluster's own M only.
-- **One device left out, equal shares** (:func:`alternatives`): the DP under current links with each
-  scheduled device's cap set to 0, and with every available device on an equal share 1/m of the band at
-  p_max (m = 1, 2, K) — what dropping a device or re-spreading the band would give.
+  cluster, candidate M, row set and link model (module ``segment_costs``); each (cluster, M, row set,
+  model) proposes its δ. Candidate M: when exploring (the start and a descent's first pass) the grid 1, 2,
+  3, 4, 6, 8, 12, … ≤ M_max, M_max and M ± 1; in later passes M and M ± 1. A row set is the weights
+  (w_n, v_n) the models use for the cluster's pipeline and gather times, whether the gather term has the
+  other clusters' largest gather time as its floor, and whether it runs at every candidate M or at the
+  cluster's own M only.
 - **Moves** (:func:`best_moves`): t TEBs from a device i to a device j of one cluster, t ∈ {1, ⌈δ_i/2⌉,
   δ_i − 1, δ_i}, ranked by the link models' costs at the cluster's M; the best few of each model (a local
   search around the DP's optimum, judged by the driver with links re-solved).
@@ -70,10 +68,13 @@ class Candidates:
         return Candidates(self.owner[first], self.delta[first], self.micro[first], self.value[first])
 
 
-def micro_candidates(pr: RoundProblem, micro: IntArray, clusters: IntArray) -> tuple[IntArray, IntArray]:
-    """Candidate M of the given clusters as rows (cluster (R,), M (R,)), each once."""
+def micro_candidates(
+    pr: RoundProblem, micro: IntArray, clusters: IntArray, explore: bool
+) -> tuple[IntArray, IntArray]:
+    """Candidate M of the given clusters as rows (cluster (R,), M (R,)), each once: M and M ± 1, and when
+    ``explore`` also the grid up to M_max."""
     limit = pr.microbatch_limit
-    grid = {m for m in MICRO_GRID if m <= limit} | {limit}
+    grid = {m for m in MICRO_GRID if m <= limit} | {limit} if explore else set()
     pairs = sorted(
         (int(c), m)
         for c in clusters
@@ -90,14 +91,16 @@ def segment_step(
     incumbent: IntArray,
     row_sets: list[RowSet],
     active: np.ndarray,
+    explore: bool,
     models: tuple[str, ...] = ("current", "price"),
 ) -> tuple[Candidates, list[tuple[SegmentCosts, IntArray]]]:
-    """The segment step of the active clusters; also, per model, its segment data and each cluster's row
-    at its current M under the first row set (N,) (for ranking moves). ``incumbent`` (N, K) seeds the DP."""
+    """The segment step of the active clusters at their candidate M (:func:`micro_candidates`); also, per
+    model, its segment data and each cluster's row at its current M under the first row set (N,) (for
+    ranking moves). ``incumbent`` (N, K) seeds the DP."""
     delta, micro, beta, power = solution
     n, _k = pr.shape
     mine = np.flatnonzero(active)
-    every = micro_candidates(pr, micro, mine)
+    every = micro_candidates(pr, micro, mine, explore)
     groups = [every if s.every_micro else (mine, micro[mine]) for s in row_sets]
     cluster = np.concatenate([c for c, _ in groups])
     m_rows = np.concatenate([m for _, m in groups])
@@ -131,36 +134,6 @@ def segment_step(
     at_current[every[0][current]] = current
     model_rows = [(sc, at_current) for sc in parts]
     return out, model_rows
-
-
-def alternatives(pr: RoundProblem, solution: Solution, active: np.ndarray) -> Candidates:
-    """The DP at each active cluster's M under current links with one scheduled device left out, and with
-    every available device on an equal share 1/m of the band at p_max (m = 1, 2, K)."""
-    delta, micro, beta, power = solution
-    _n, k = pr.shape
-    c_out, k_out = np.nonzero((delta > 0) & active[:, None])
-    ones = np.ones(c_out.size)
-    rows = pr.rows(c_out)
-    left_out = current_links(
-        LinkRows.of(rows, delta[c_out], micro[c_out], beta[c_out], power[c_out], (ones, ones), 0 * ones)
-    )
-    caps = left_out.caps.copy()
-    caps[np.arange(c_out.size), k_out] = 0
-    counts = np.array(sorted({m for m in (1, 2, k) if m <= k}), dtype=np.float64)
-    c_eq = np.repeat(np.flatnonzero(active), counts.size)
-    ones = np.ones(c_eq.size)
-    rows = pr.rows(c_eq)
-    shares = np.where(rows.available, 1.0 / np.tile(counts, int(active.sum()))[:, None], 0.0)
-    full_power = np.where(shares > 0, rows.max_power_w, 0.0)
-    everyone = rows.available.astype(np.int64)
-    spread = current_links(
-        LinkRows.of(rows, everyone, micro[c_eq], shares, full_power, (ones, ones), 0 * ones)
-    )
-    cluster = np.concatenate([c_out, c_eq])
-    data = SegmentCosts.concatenate([dataclasses.replace(left_out, caps=caps), spread])
-    found, cost = best_segments(data, pr.num_blocks, delta[cluster], THRESHOLDS)
-    fits = np.isfinite(cost)
-    return Candidates(cluster[fits], found[fits], micro[cluster][fits], cost[fits])
 
 
 def moves(pr: RoundProblem, delta: IntArray, active: np.ndarray) -> tuple[IntArray, IntArray]:
@@ -204,29 +177,28 @@ def candidates(
     pr: RoundProblem,
     solution: Solution,
     weights: tuple[FloatArray, FloatArray],
-    wide: bool,
     active: np.ndarray,
+    explore: bool,
 ) -> Candidates:
     """The active clusters' candidates, each once. Row sets: weights (1, 1) at every candidate M, and the
-    clusters' own weights (the link step's choice) at their M; in the wide neighbourhood (several
-    clusters) also without the gather floor and with weights (0.3, 1) and (0, 1) at their M, and the
-    alternatives."""
+    clusters' own weights (the link step's choice) at their M; with several clusters also without the
+    gather floor and with weights (0.3, 1) and (0, 1) at their M. ``explore``: the M grid
+    (:func:`micro_candidates`)."""
     n = pr.shape[0]
     ones = np.ones(n)
     row_sets = [RowSet(ones, ones)]
     if np.any(weights[0] != 1) or np.any(weights[1] != 1):
         row_sets.append(RowSet(*weights, every_micro=False))
-    if wide and n > 1:
+    if n > 1:
         row_sets += [RowSet(ones, ones, gather_floor=False, every_micro=False)]
         row_sets += [RowSet(w * ones, v * ones, every_micro=False) for w, v in ((0.3, 1.0), (0.0, 1.0))]
-    proposed, model_rows = segment_step(pr, solution, solution[0], row_sets, active)
-    parts = [proposed, best_moves(pr, solution, active, model_rows), staying(pr, solution[1], active)]
-    if wide:
-        parts.append(alternatives(pr, solution, active))
+    proposed, model_rows = segment_step(pr, solution, solution[0], row_sets, active, explore)
+    moved = best_moves(pr, solution, active, model_rows)
+    parts = [proposed, moved, staying(pr, solution[1], active, explore)]
     return Candidates.concatenate(parts).distinct()
 
 
-def staying(pr: RoundProblem, micro: IntArray, active: np.ndarray) -> Candidates:
+def staying(pr: RoundProblem, micro: IntArray, active: np.ndarray, explore: bool) -> Candidates:
     """The previous round's placement of each active cluster, at every candidate M: the placement that moves
     no TEB, or, where a device can no longer hold its TEBs (unavailable, or short of memory at that M), the
     fewest moves that repair it (:func:`repaired`). The DP does not see what moves cost (it depends on where
@@ -234,7 +206,7 @@ def staying(pr: RoundProblem, micro: IntArray, active: np.ndarray) -> Candidates
     if pr.previous_delta is None:
         empty = np.zeros(0, dtype=np.int64)
         return Candidates(empty, np.zeros((0, pr.shape[1]), dtype=np.int64), empty, np.zeros(0))
-    cluster, m_rows = micro_candidates(pr, micro, np.flatnonzero(active))
+    cluster, m_rows = micro_candidates(pr, micro, np.flatnonzero(active), explore)
     caps = pr.rows(cluster).memory_caps(m_rows)
     delta = repaired(pr.previous_delta[cluster], caps, pr.num_blocks)
     fits = delta.sum(axis=1) == pr.num_blocks

@@ -10,23 +10,24 @@ unit of training progress (``noise_scale``),
 over segments δ, micro-batches M_n, bandwidth shares β and powers p, by block-coordinate descent:
 
 - candidates per cluster (:mod:`~collapipe_core.scheduler.candidates`): the exact segment DP under link
-  models for candidate M and weights, one device left out or equal shares, and the best-ranked moves;
+  models for candidate M and weights, the best-ranked moves, and the previous round's placement;
 - the link step for each (:mod:`~collapipe_core.scheduler.links`, through the round's
   :class:`~collapipe_core.scheduler.clusters.LinkCache`);
-- acceptance: the best of every candidate alone (the others as they are, and with every cluster's M
-  re-chosen by the exact M step, :mod:`~collapipe_core.scheduler.microbatches`, where a bound says it can
-  win) and one option per cluster chosen together (:func:`~collapipe_core.scheduler.clusters.select`);
+- acceptance: the best of every candidate alone (the others as they are; the best few that move the
+  pipeline's maximum also with every cluster's M re-chosen by the exact M step,
+  :mod:`~collapipe_core.scheduler.microbatches`) and of one option per cluster chosen together
+  (:func:`~collapipe_core.scheduler.clusters.select`), as chosen and with M re-chosen;
 - then the joint M step and links coupled across clusters (the weights w_n, v_n of each cluster's
   pipeline and gather times, chosen from a menu).
 
 With the noise-scale convergence term (``problem.penalty``), each pass's steps weigh micro-batches at
-the latency of the solution it starts from (T̂); every candidate is scored exactly. Passes repeat until
-one over every cluster no longer lowers J by 1e-9 (relative); after an improving pass
-only the clusters that changed or sit at a maximum get new candidates. Two descents run from the same
-start — the wide neighbourhood (all row sets and alternatives) throughout, and the narrow one first,
-widening when it converges — and the better result is polished (M for its links, links coupled with a
-finer weight menu and more rounds). ``Decision.solver_iterations`` counts the passes. A round where no
-placement fits in memory is refused with a ValueError naming the devices and the shortfall.
+the latency of the solution it starts from (T̂); every candidate is scored exactly. The first pass
+explores every candidate M, later ones M ± 1 around each cluster's. Passes repeat until one over every
+cluster no longer lowers J by more than 1e-5 (relative); after an improving pass only the clusters that
+changed or sit at a maximum get new candidates. The result is polished (M for its links, links coupled
+with a finer weight menu and more rounds, then M_n ± 1 of one cluster at a time with the links coupled
+again). ``Decision.solver_iterations`` counts the passes. A round where no placement fits in memory is
+refused with a ValueError naming the devices and the shortfall.
 
 ``myopic`` is DSSDA with every Q_k = 0 (it ignores the energy budgets).
 """
@@ -49,7 +50,7 @@ from collapipe_core.scheduler.clusters import (
     select,
     weighted_links,
 )
-from collapipe_core.scheduler.microbatches import best_microbatches, replaced_bound
+from collapipe_core.scheduler.microbatches import best_microbatches
 from collapipe_core.scheduler.problem import (
     IntArray,
     RoundProblem,
@@ -60,11 +61,11 @@ from collapipe_core.scheduler.problem import (
 )
 from collapipe_core.state import RoundState
 
-TOLERANCE = 1e-9
-MAX_PASSES = 16  # per descent
+TOLERANCE = 1e-5  # a pass (or a step of the final M ± 1 search) must lower J by more than this, relative
+MAX_PASSES = 16
 PASS_WEIGHTS = (1.0, 0.3, 0.0)  # the weight menu of the coupled links after each pass
-JOINT_CHUNK = 16  # candidates per batch of the joint M step
 NEIGHBOUR_CLUSTERS = 16  # most clusters of the final M ± 1 search (2N candidates, each coupling N clusters)
+JOINT_CANDIDATES = 4  # single changes that move the pipeline's maximum tried with every M re-chosen
 
 Figures = tuple[FloatArray, FloatArray, FloatArray, FloatArray]  # R + I·T^pipe, gather time, Σ Q·E, M
 
@@ -83,14 +84,7 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     cache = LinkCache(pr)
     delta, micro = _start(pr)
     beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 1, (1.0,)))
-    start = (delta, micro, beta, power)
-    passes = 1
-    ends: list[tuple[Solution, float]] = []  # where each descent ended; a later one that gets there stops
-    for widening in (False, True):
-        solution, current, count = _descend(pr, cache, start, widening, ends)
-        ends.append((solution, current))
-        passes += count
-    solution, current = min(ends, key=lambda end: end[1])
+    solution, current, passes = _descend(pr, cache, (delta, micro, beta, power))
     # polish: M for the links found, links coupled with a finer menu and more rounds
     n = pr.shape[0]
     delta = solution[0]
@@ -103,7 +97,7 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     if 1 < n <= NEIGHBOUR_CLUSTERS:
         solution, current = _micro_neighbours(pr, cache, solution, current)
     decision = Decision.from_arrays(
-        solution[0], solution[2], solution[3], solution[1], solver_iterations=passes
+        solution[0], solution[2], solution[3], solution[1], solver_iterations=passes + 1
     )
     return decision, current
 
@@ -132,41 +126,32 @@ def _micro_neighbours(
     return solution, current
 
 
-def _descend(
-    pr: RoundProblem, cache: LinkCache, solution: Solution, widening: bool, ends: list[tuple[Solution, float]]
-) -> tuple[Solution, float, int]:
-    """Passes from ``solution`` until one over every cluster lowers J no more, at each level of the
-    neighbourhood: with ``widening`` the narrow one first, the wide one once it has converged (back to the
-    narrow one after an improvement), else the wide one throughout. After an improving pass only the
-    clusters that changed or sit at a maximum get new candidates (the others' last ones are offered again);
-    after a pass without improvement the clusters not yet tried since the last improvement. Returns the
-    solution, J and the number of passes."""
+def _descend(pr: RoundProblem, cache: LinkCache, solution: Solution) -> tuple[Solution, float, int]:
+    """Passes from ``solution`` until one over every cluster lowers J no more. After an improving pass only
+    the clusters that changed or sit at a maximum get new candidates (the others' last ones are offered
+    again); after a pass without improvement the clusters not yet tried since the last improvement.
+    Returns the solution, J and the number of passes."""
     n = pr.shape[0]
     current = objective(pr, solution)
     weights = (np.ones(n), np.ones(n))
-    passes, level = 0, 0 if widening else 1
     active, tried = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
     kept: dict[int, Candidates] = {}
-    while passes < MAX_PASSES and level < 2:
+    passes = 0
+    while passes < MAX_PASSES:
         passes += 1
         pr = _estimated(pr, solution)
-        new, new_weights = _pass(pr, cache, solution, current, weights, level == 1, active, kept)
+        new, new_weights = _pass(pr, cache, solution, weights, active, kept, passes == 1)
         value = objective(pr, new)
         if value >= current * (1 - TOLERANCE):
             tried |= active
             if tried.all():
-                level, active, tried = level + 1, np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
-            else:
-                active = ~tried
+                break
+            active = ~tried
             continue
         changed = np.any(new[0] != solution[0], axis=1) | (new[1] != solution[1])
         changed |= (new_weights[0] != weights[0]) | (new_weights[1] != weights[1])
         solution, current, weights, tried = new, value, new_weights, np.zeros(n, dtype=bool)
-        if any(np.array_equal(solution[0], s[0]) and np.array_equal(solution[1], s[1]) for s, _ in ends):
-            break
         active = changed | _at_a_maximum(pr, solution)
-        if widening and level == 1:
-            level, active = 0, np.ones(n, dtype=bool)
     return solution, current, passes
 
 
@@ -174,16 +159,15 @@ def _pass(
     pr: RoundProblem,
     cache: LinkCache,
     solution: Solution,
-    current: float,
     weights: tuple[FloatArray, FloatArray],
-    wide: bool,
     active: np.ndarray,
     kept: dict[int, Candidates],
+    explore: bool,
 ) -> tuple[Solution, tuple[FloatArray, FloatArray]]:
-    """One pass: the active clusters' candidates and the others' last ones, links for each (weights (1, 1)
-    and the cluster's own), the acceptance; then, with several clusters, the joint M step and the links
-    coupled again (the new weights)."""
-    fresh = candidates(pr, solution, weights, wide, active)
+    """One pass: the active clusters' candidates (every candidate M when ``explore``) and the others' last
+    ones, links for each (weights (1, 1) and the cluster's own), the acceptance; then, with several
+    clusters, the joint M step and the links coupled again (the new weights)."""
+    fresh = candidates(pr, solution, weights, active, explore)
     for c in np.flatnonzero(active):
         kept[int(c)] = _subset(fresh, fresh.owner == c)
     cand = Candidates.concatenate([kept[int(c)] for c in range(pr.shape[0]) if int(c) in kept])
@@ -199,7 +183,7 @@ def _pass(
     gather_w = np.concatenate([ones, v[cand.owner[own]]])
     total = micro + solution[1].sum() - solution[1][owner]
     beta, power = cache.links(owner, delta, micro, pipeline_w, gather_w, 2, total)
-    new = _accept(pr, solution, owner, (delta, micro, beta, power), current)
+    new = _accept(pr, solution, owner, (delta, micro, beta, power))
     if pr.shape[0] == 1:
         return new, weights
     options, choices = [new], [weights]
@@ -232,59 +216,25 @@ def _at_a_maximum(pr: RoundProblem, solution: Solution) -> np.ndarray:
     return at
 
 
-def _accept(
-    pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solution, current: float
-) -> Solution:
+def _accept(pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solution) -> Solution:
     """The best of: the current solution; each candidate alone (its cluster changed, the others as they
-    are), also with every cluster's M re-chosen by the joint M step; one option per cluster chosen together
-    by the cluster selection, as chosen and with M re-chosen."""
+    are), and the JOINT_CANDIDATES best of those that move the pipeline's maximum (their cluster is at it or
+    passes it) with every cluster's M re-chosen by the joint M step (a change that leaves the maximum where
+    it is leaves the other clusters' best M as they are); one option per cluster chosen together by the
+    cluster selection, as chosen and with M re-chosen."""
     n = pr.shape[0]
     now, new = _figures(pr, solution), _figures(pr, cand, owner)
     value = _single_changes(pr, now, new, owner)
-    i = int(np.argmin(value))
-    best = (_replaced(solution, cand, owner, np.array([i])), float(value[i]))
+    delta, micro, beta, power = _replaced(solution, cand, owner, np.array([int(np.argmin(value))]))
+    options = [solution, (delta[0], micro[0], beta[0], power[0])]
     if n > 1:
-        # with every M re-chosen: J ≥ the bound of the pipeline and convergence terms over every choice of M
-        # (microbatches.replaced_bound) + V·(max_n A_n + U) + Σ_n E_n(M = 1); candidates whose bound
-        # cannot win are not tried, nor those that leave the pipeline's maximum where it is
-        one = _figures(pr, (solution[0], np.ones_like(solution[1]), *solution[2:]))
-        one_c = _figures(pr, (cand[0], np.ones_like(cand[1]), *cand[2:]), owner)
-        limit = np.minimum(pr.memory_limit(solution[0]), pr.microbatch_limit)
-        limit_c = np.minimum(pr.rows(owner).memory_limit(cand[0]), pr.microbatch_limit)
-        # a first, looser bound (every cluster at M = 1 and at its limit at once) before the tight one
-        gather = np.maximum(others_max(now[1])[owner], new[1])
-        energy = one[2].sum() - one[2][owner] + one_c[2]
-        loose = _single_changes(
-            pr, (*one[:3], limit.astype(np.float64)), (*one_c[:3], limit_c.astype(np.float64)), owner
-        )
         moves_max = (now[0][owner] >= now[0].max() * (1 - 1e-9)) | (new[0] > others_max(now[0])[owner])
-        bound = np.full(owner.size, np.inf)
-        tight = np.flatnonzero(moves_max & (loose < min(best[1], current) * (1 - TOLERANCE)))
-        if tight.size:
-            two = _figures(pr, (solution[0], 2 * np.ones_like(solution[1]), *solution[2:]))
-            two_c = _figures(
-                pr,
-                (cand[0][tight], 2 * np.ones_like(cand[1][tight]), cand[2][tight], cand[3][tight]),
-                owner[tight],
-            )
-            pipe = ((one[0], two[0] - one[0]), (one_c[0][tight], two_c[0] - one_c[0][tight]))
-            bound[tight] = replaced_bound(pr, pipe, (limit, limit_c[tight]), owner[tight])
-            bound[tight] += pr.V * (gather[tight] + pr.upload_s) + energy[tight]
-        for chunk in np.array_split(np.argsort(bound), max(owner.size // JOINT_CHUNK, 1)):
-            chunk = chunk[bound[chunk] < min(best[1], current) * (1 - TOLERANCE)]
-            if chunk.size == 0:
-                break
-            full = _replaced(solution, cand, owner, chunk)
-            joint = (full[0], _micro_step(pr, full[0], full[2], full[3]), full[2], full[3])
-            values = costs(pr, joint[0], joint[1], pr.time_per_bit(joint[2], joint[3]), joint[3]).objective
-            j = int(np.argmin(values))
-            if values[j] < best[1]:
-                best = (
-                    (joint[0][j : j + 1], joint[1][j : j + 1], joint[2][j : j + 1], joint[3][j : j + 1]),
-                    values[j],
-                )
-    options = [solution, (best[0][0][0], best[0][1][0], best[0][2][0], best[0][3][0])]
-    if n > 1:
+        pool = np.flatnonzero(moves_max)
+        top = pool[np.argsort(value[pool])[:JOINT_CANDIDATES]]
+        if top.size:
+            delta, _, beta, power = _replaced(solution, cand, owner, top)
+            joint = _micro_step(pr, delta, beta, power)
+            options += [(delta[j], joint[j], beta[j], power[j]) for j in range(top.size)]
         options += _selected(pr, solution, owner, cand, now, new)
     return options[int(np.argmin([objective(pr, o) for o in options]))]
 
@@ -374,7 +324,7 @@ def _start(pr: RoundProblem) -> tuple[IntArray, IntArray]:
     fallback = _fallback(pr)
     ones = np.ones(n)
     found, _ = segment_step(
-        pr, everyone, fallback, [RowSet(ones, ones)], np.ones(n, dtype=bool), ("current",)
+        pr, everyone, fallback, [RowSet(ones, ones)], np.ones(n, dtype=bool), True, ("current",)
     )
     delta, micro = fallback, np.ones(n, dtype=np.int64)
     for c in range(n):

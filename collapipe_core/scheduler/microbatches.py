@@ -61,55 +61,6 @@ def best_microbatches(
     return chosen
 
 
-@quiet
-def replaced_bound(
-    pr: RoundProblem,
-    pipe: tuple[tuple[FloatArray, FloatArray], tuple[FloatArray, FloatArray]],
-    limit: tuple[IntArray, IntArray],
-    owner: IntArray,
-) -> FloatArray:
-    """For each candidate q (cluster owner_q replaced), a lower bound of
-    V·(max_n (R_n + I·T^pipe_n) + λ·σ²/(b·Σ_n M_n)) over every M the joint M step could choose: the least,
-    over levels Π̄ ≥ max_n π_n, of V·Π̄ + V·λ·σ²/(b·S(Π̄)), S(Π̄) = Σ_n U_n(Π̄) the most micro-batches under the
-    level (each cluster's limit at most). ``pipe`` is (π, ρ) of the clusters (N,) and of the candidates
-    (Q,), ``limit`` their limits on M. S is a step function (+1 at each π_n + (m − 1)·ρ_n, m ≤ limit_n)
-    and the bound's argument rises between its steps, so the least value is at a step: every cluster's
-    and the candidate's are tried."""
-    (pi, rho), (pi_q, rho_q) = pipe
-    m = np.arange(1, pr.microbatch_limit + 1)
-    steps = pi[:, None] + (m - 1) * rho[:, None]  # (N, M)
-    steps_q = pi_q[:, None] + (m - 1) * rho_q[:, None]  # (Q, M)
-    everyone = np.sort(steps[m <= limit[0][:, None]])
-    levels = np.concatenate([np.broadcast_to(everyone, (owner.size, everyone.size)), steps_q], axis=1)
-
-    def units(level: FloatArray, p: FloatArray, r: FloatArray, most: FloatArray) -> FloatArray:
-        count = np.where(
-            r > 0, np.floor((level - p) / np.where(r > 0, r, 1.0) * (1 + 1e-12) + 1e-12) + 1, np.inf
-        )
-        out: FloatArray = np.clip(np.where(level >= p * (1 - 1e-12), count, 0.0), 0, most)
-        return out
-
-    total = (
-        np.searchsorted(everyone, levels * (1 + 1e-12), side="right")
-        - units(levels, pi[owner, None], rho[owner, None], limit[0][owner, None].astype(np.float64))
-        + units(levels, pi_q[:, None], rho_q[:, None], limit[1][:, None].astype(np.float64))
-    )
-    lowest = np.maximum(others_top(pi, owner), pi_q)[:, None]
-    value = np.where(levels >= lowest * (1 - 1e-12), penalty(pr, levels, np.maximum(total, 1)), np.inf)
-    bound: FloatArray = np.min(value, axis=1)
-    return bound
-
-
-def others_top(x: FloatArray, owner: IntArray) -> FloatArray:
-    """The largest x (N,) of the clusters other than owner_q, (Q,) (−∞ with one cluster)."""
-    if x.size == 1:
-        return np.full(owner.size, -np.inf)
-    order = np.argsort(x)
-    top, second = order[-1], order[-2]
-    out: FloatArray = np.where(owner == top, x[second], x[top])
-    return out
-
-
 def _greedy(units: IntArray, eta: FloatArray, gain: FloatArray) -> IntArray:
     """M (S, levels, N) under per-cluster maxima ``units``: the extra micro-batches go to the clusters in
     increasing η_n, the t-th (total N + t) while g/((N + t − 1)·(N + t)) > η_n, g = ``gain`` (S, levels)."""

@@ -102,7 +102,8 @@ def test_dssda_tracks_the_optimum_when_blocks_can_move(term: Term) -> None:
 
 def test_dssda_weighs_what_moving_blocks_costs() -> None:
     """Told where the TEBs are, DSSDA's round is no worse than the decision it takes without knowing (which
-    pays for the moves it did not see), and it moves fewer TEBs over the rounds."""
+    pays for the moves it did not see) — to the descent's stopping tolerance, since both are local searches
+    — and it moves fewer TEBs over the rounds."""
     rng = np.random.default_rng(31)
     informed_moves = blind_moves = 0
     for seed in range(40):
@@ -116,7 +117,7 @@ def test_dssda_weighs_what_moving_blocks_costs() -> None:
         except ValueError:
             continue
         blind_ev = evaluate(state, blind)
-        assert value <= blind_ev.objective * (1 + 1e-9), seed
+        assert value <= blind_ev.objective * (1 + dssda.TOLERANCE), seed
         informed_moves += int(evaluate(state, informed).blocks_moved.sum())
         blind_moves += int(blind_ev.blocks_moved.sum())
     assert informed_moves < blind_moves, (informed_moves, blind_moves)
