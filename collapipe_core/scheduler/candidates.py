@@ -203,12 +203,12 @@ def staying(pr: RoundProblem, micro: IntArray, active: np.ndarray, explore: bool
     no TEB, or, where a device can no longer hold its TEBs (unavailable, or short of memory at that M), the
     fewest moves that repair it (:func:`repaired`). The DP does not see what moves cost (it depends on where
     each TEB was); the driver scores every candidate with it."""
-    if pr.previous_delta is None:
+    if pr.previous is None or pr.previous.delta is None:
         empty = np.zeros(0, dtype=np.int64)
         return Candidates(empty, np.zeros((0, pr.shape[1]), dtype=np.int64), empty, np.zeros(0))
     cluster, m_rows = micro_candidates(pr, micro, np.flatnonzero(active), explore)
     caps = pr.rows(cluster).memory_caps(m_rows)
-    delta = repaired(pr.previous_delta[cluster], caps, pr.num_blocks)
+    delta = repaired(pr.previous.delta[cluster], caps, pr.num_blocks)
     fits = delta.sum(axis=1) == pr.num_blocks
     return Candidates(cluster[fits], delta[fits], m_rows[fits], np.zeros(int(fits.sum())))
 

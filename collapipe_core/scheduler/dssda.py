@@ -90,7 +90,7 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     delta = solution[0]
     micro = _micro_step(pr, delta[None], solution[2][None], solution[3][None])[0] if n > 1 else solution[1]
     weights = tuple(float(w) for w in np.linspace(1.0, 0.0, 11)) if n == 2 else WEIGHTS
-    beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 4, weights))
+    beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 2, weights))
     fine = (delta, micro, beta, power)
     if objective(pr, fine) < current:
         solution, current = fine, objective(pr, fine)
@@ -166,7 +166,7 @@ def _pass(
 ) -> tuple[Solution, tuple[FloatArray, FloatArray]]:
     """One pass: the active clusters' candidates (every candidate M when ``explore``) and the others' last
     ones, links for each (weights (1, 1) and the cluster's own), the acceptance; then, with several
-    clusters, the joint M step and the links coupled again (the new weights)."""
+    clusters, the links coupled again (the new weights)."""
     fresh = candidates(pr, solution, weights, active, explore)
     for c in np.flatnonzero(active):
         kept[int(c)] = _subset(fresh, fresh.owner == c)
@@ -186,13 +186,9 @@ def _pass(
     new = _accept(pr, solution, owner, (delta, micro, beta, power))
     if pr.shape[0] == 1:
         return new, weights
-    options, choices = [new], [weights]
-    for m in (new[1], _micro_step(pr, new[0][None], new[2][None], new[3][None])[0]):
-        b, p, w_new, v_new = (x[0] for x in weighted_links(cache, new[0][None], m[None], 2, PASS_WEIGHTS))
-        options.append((new[0], m, b, p))
-        choices.append((w_new, v_new))
-    best = int(np.argmin([objective(pr, o) for o in options]))
-    return options[best], choices[max(best, 1)]
+    b, p, w_new, v_new = (x[0] for x in weighted_links(cache, new[0][None], new[1][None], 2, PASS_WEIGHTS))
+    coupled = (new[0], new[1], b, p)
+    return (coupled if objective(pr, coupled) < objective(pr, new) else new), (w_new, v_new)
 
 
 def _estimated(pr: RoundProblem, solution: Solution) -> RoundProblem:

@@ -336,8 +336,8 @@ def transfers_of(pr: RoundProblem, delta: IntArray) -> tuple[FloatArray, tuple[F
     """For δ (C, N, K): in_k (C, N, K) and the redistribution's parts the links do not change: R^0_n (C, N)
     and the queue-weighted upload energy of moved optimizer state (C,)."""
     into, out = moved_blocks(pr, delta)
-    if pr.previous_time_per_bit is None or pr.previous_power_w is None:
+    if pr.previous is None:
         return into, (np.full(delta.shape[:2], pr.upload_s), np.zeros(delta.shape[0]))
-    sent = np.where(out > 0, out * pr.optimizer_bits * pr.previous_time_per_bit, 0.0)
-    energy = np.sum(pr.queues * pr.previous_power_w * sent, axis=(1, 2))
+    sent = np.where(out > 0, out * pr.optimizer_bits * pr.previous.time_per_bit, 0.0)
+    energy = np.sum(pr.queues * pr.previous.power_w * sent, axis=(1, 2))
     return into, (pr.upload_s + sent.max(axis=2), energy)

@@ -63,7 +63,37 @@ DEVICE_FIELDS = (  # the (N, K) arrays of a RoundProblem
     "queues",
     "memory_bytes",
 )
-PREVIOUS_FIELDS = ("held", "sender", "previous_delta", "previous_time_per_bit", "previous_power_w")
+
+
+@dataclass(frozen=True, eq=False)
+class Previous:
+    """Where the previous round left the encoder, per cluster (first axis N)."""
+
+    held: BoolArray  # (N, K, L): which TEBs each device held
+    sender: IntArray  # (N, L): each TEB's first holder, the one that sends its state if it moves (−1: none)
+    time_per_bit: FloatArray  # (N, K): 1/r of its links (0 where unused)
+    power_w: FloatArray  # (N, K)
+    delta: IntArray | None  # (N, K): its segments (None after a replicated round)
+
+    @staticmethod
+    def of(state: RoundState) -> Previous | None:
+        if state.previous is None:
+            return None
+        before = state.previous
+        held = holdings(before.num_blocks, before.mode, state.profile.num_blocks)
+        rate = np.asarray(before.rate_bps, dtype=np.float64)
+        return Previous(
+            held=held,
+            sender=np.where(held.any(axis=1), np.argmax(held, axis=1), -1),
+            time_per_bit=np.where(rate > 0, 1.0 / np.maximum(rate, 1e-300), 0.0),
+            power_w=np.asarray(before.power_w, dtype=np.float64),
+            delta=np.asarray(before.num_blocks, dtype=np.int64) if before.mode == "pipeline" else None,
+        )
+
+    def rows(self, clusters: IntArray) -> Previous:
+        at, delta = clusters, self.delta
+        rows = (self.held[at], self.sender[at], self.time_per_bit[at], self.power_w[at])
+        return Previous(*rows, None if delta is None else delta[at])
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,13 +131,7 @@ class RoundProblem:
     noise_scale: float = 0.0  # B_noise (samples)
     latency_estimate: float = 0.0  # T̂: the latency the solver steps' noise-scale gain uses (convergence_gain)
     optimizer_bits: float = 0.0  # B_opt: one TEB's optimizer state, sent with a TEB that changes device
-    # the previous round's placement (None: no moves): which TEBs each device held (N, K, L), each TEB's
-    # sender (its first holder, −1: none; (N, L)), δ' (N, K) of a pipeline round, its links' 1/r and power
-    held: BoolArray | None = None
-    sender: IntArray | None = None
-    previous_delta: IntArray | None = None
-    previous_time_per_bit: FloatArray | None = None
-    previous_power_w: FloatArray | None = None
+    previous: Previous | None = None  # the previous round's placement (None: no moves)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -151,10 +175,9 @@ class RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
         a batch of independent single-cluster sub-problems solved side by side."""
         rows = copy.copy(self)
-        for name in (*DEVICE_FIELDS, *PREVIOUS_FIELDS):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(rows, name, value[clusters])
+        for name in DEVICE_FIELDS:
+            object.__setattr__(rows, name, getattr(self, name)[clusters])
+        object.__setattr__(rows, "previous", None if self.previous is None else self.previous.rows(clusters))
         return rows
 
     def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
@@ -230,16 +253,6 @@ class Costs:
 
 def build_problem(state: RoundState) -> RoundProblem:
     sc, prof, st = state.scenario, state.profile, state.settings
-    held = sender = previous_delta = previous_time_per_bit = previous_power_w = None
-    if state.previous is not None:  # where the previous round left the encoder
-        before = state.previous
-        held = holdings(before.num_blocks, before.mode, prof.num_blocks)
-        sender = np.where(held.any(axis=1), np.argmax(held, axis=1), -1)  # each TEB's first holder
-        rate = np.asarray(before.rate_bps, dtype=np.float64)
-        previous_time_per_bit = np.where(rate > 0, 1.0 / np.maximum(rate, 1e-300), 0.0)
-        previous_power_w = np.asarray(before.power_w, dtype=np.float64)
-        if before.mode == "pipeline":
-            previous_delta = np.asarray(before.num_blocks, dtype=np.int64)
     b = st.microbatch_size
     cu_f = b * prof.embedding_forward_flops / sc.cu_flops_per_s
     cu_b = b * prof.embedding_backward_flops / sc.cu_flops_per_s
@@ -280,11 +293,7 @@ def build_problem(state: RoundState) -> RoundProblem:
         convergence=st.convergence,
         noise_scale=state.noise_scale,
         optimizer_bits=prof.block_optimizer_state_bits,
-        held=held,
-        sender=sender,
-        previous_delta=previous_delta,
-        previous_time_per_bit=previous_time_per_bit,
-        previous_power_w=previous_power_w,
+        previous=Previous.of(state),
     )
 
 
@@ -320,16 +329,19 @@ def moved_blocks(pr: RoundProblem, delta: IntArray) -> tuple[FloatArray, FloatAr
     """(in_k, out_k) (..., N, K) for placements δ (..., N, K) after the previous round's: the TEBs device k
     holds now that it did not and another device did (in), and those whose state device k sends, as their
     first previous holder (out). Segments are contiguous in device order (0 without a previous round)."""
-    if pr.held is None or pr.sender is None:
+    before = pr.previous
+    if before is None:
         return np.zeros(delta.shape), np.zeros(delta.shape)
-    k, blocks = delta.shape[-1], pr.held.shape[-1]
+    k, blocks = delta.shape[-1], before.held.shape[-1]
     ends = np.cumsum(delta, axis=-1)  # (..., N, K)
     now = np.minimum(np.sum(ends[..., :, None] <= np.arange(blocks), axis=-2), k - 1)  # (..., N, L)
-    had = np.take_along_axis(np.broadcast_to(pr.held, (*now.shape[:-1], k, blocks)), now[..., None, :], -2)
-    moved = (pr.sender >= 0) & ~had[..., 0, :]  # (..., N, L): the TEB's new device did not hold it
+    had = np.take_along_axis(
+        np.broadcast_to(before.held, (*now.shape[:-1], k, blocks)), now[..., None, :], -2
+    )
+    moved = (before.sender >= 0) & ~had[..., 0, :]  # (..., N, L): the TEB's new device did not hold it
     devices = np.arange(k)[:, None]
     into = np.sum(moved[..., None, :] & (now[..., None, :] == devices), axis=-1)
-    out = np.sum(moved[..., None, :] & (pr.sender[..., None, :] == devices), axis=-1)
+    out = np.sum(moved[..., None, :] & (before.sender[..., None, :] == devices), axis=-1)
     return into.astype(np.float64), out.astype(np.float64)
 
 
@@ -344,11 +356,11 @@ def transfers(pr: RoundProblem, delta: IntArray, time_per_bit: FloatArray) -> tu
     (u', p': the previous round's links). ``time_per_bit`` is u with 0 where δ = 0."""
     into, out = moved_blocks(pr, delta)
     download = np.max((delta * pr.block_bits + into * pr.optimizer_bits) * time_per_bit, axis=-1)
-    if pr.previous_time_per_bit is None or pr.previous_power_w is None:
+    if pr.previous is None:
         return pr.upload_s + download, np.zeros(delta.shape)
-    sent = np.where(out > 0, out * pr.optimizer_bits * pr.previous_time_per_bit, 0.0)
+    sent = np.where(out > 0, out * pr.optimizer_bits * pr.previous.time_per_bit, 0.0)
     redistribution: FloatArray = pr.upload_s + np.max(sent, axis=-1) + download
-    return redistribution, pr.previous_power_w * sent
+    return redistribution, pr.previous.power_w * sent
 
 
 def round_objective(

@@ -9,6 +9,8 @@ RNG): the same seed always rebuilds the same round, so the recorded references
 - :func:`medium_instance`: 12–50 devices in one of :data:`MEDIUM_SHAPES`, 8–24 TEBs, either devices
   drawn from ranges (as :func:`~tests.core.scheduler.instances.random_round`) or the device kinds and
   models of the paper examples (examples/paper-*.yaml) with perturbed sizes, channel, V, λ and queues.
+- :func:`large_instance`: 100–1,000 devices in clusters of 5 (:data:`LARGE_SHAPES`), 12–48 TEBs, drawn
+  as the medium ones.
 
 Every round is GPipe (where ``evaluate()`` equals the solvers' closed-form objective), with random
 queues (about a fifth zero), some devices unavailable (one per cluster always available) and, in some
@@ -38,7 +40,7 @@ REFERENCES = Path(__file__).parent / "data" / "quality_references.json"
 """The recorded references (bench/scheduler_quality.py ``record``)."""
 SMALL_WORST = 1.01  # the bar: DSSDA ≤ 1.01 × optimal on every small instance
 MEDIUM_GEOMEAN = 1.005  # and ≤ 1.005 × the recorded full-effort search on geometric mean over medium ones
-MEDIUM_WORST = 1.02  # and ≤ 1.02 × on each
+MEDIUM_WORST = 1.02  # and ≤ 1.02 × on each (the same bars for the large instances)
 
 SMALL_CANDIDATES = 420_000
 """Most candidates of ``optimal`` in a small instance: Π_n C(L + a_n − 1, a_n − 1)·M_max over the
@@ -193,7 +195,27 @@ def medium_instance(seed: int) -> RoundState:
     return _round(rng, env, available, queue_exponents)
 
 
-GENERATORS: dict[str, Callable[[int], RoundState]] = {"small": small_instance, "medium": medium_instance}
+LARGE_SHAPES: tuple[tuple[int, int], ...] = ((20, 5), (50, 5), (100, 5), (200, 5))
+"""(clusters, devices per cluster) of the large instances: 100–1,000 devices."""
+
+
+def large_instance(seed: int) -> RoundState:
+    """One round of 100–1,000 devices (shape ``LARGE_SHAPES[seed % 4]``), 12, 24 or 48 TEBs; half of
+    them paper-like, as :func:`medium_instance`."""
+    rng = np.random.default_rng([seed, 0x1A26E])
+    clusters, devices = LARGE_SHAPES[seed % len(LARGE_SHAPES)]
+    blocks = int(rng.choice([12, 24, 48]))
+    available = _availability(rng, (clusters, devices), 0.9)
+    if rng.random() < 0.5:
+        return _round(rng, _paper_environment(rng, clusters, devices, blocks), available, (-1.0, 2.5))
+    return _round(rng, _ranges_environment(rng, clusters, devices, blocks), available, (-2.0, 2.5))
+
+
+GENERATORS: dict[str, Callable[[int], RoundState]] = {
+    "small": small_instance,
+    "medium": medium_instance,
+    "large": large_instance,
+}
 """The generators by the name the recorded references carry."""
 
 

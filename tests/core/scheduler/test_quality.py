@@ -70,7 +70,7 @@ def _fields(state: Any) -> list[Any]:
     ]
 
 
-@pytest.mark.parametrize(("generator", "seed"), [(g, s) for g in GENERATORS for s in (0, 7, 31)])
+@pytest.mark.parametrize(("generator", "seed"), [(g, s) for g in ("small", "medium") for s in (0, 7, 31)])
 def test_an_instance_rebuilt_from_its_seed_is_the_same_round(generator: str, seed: int) -> None:
     first, second = GENERATORS[generator](seed), GENERATORS[generator](seed)
     for a, b in zip(_fields(first), _fields(second), strict=True):
