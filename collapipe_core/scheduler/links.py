@@ -110,6 +110,25 @@ def allocate(
     return beta, power
 
 
+@dataclass(frozen=True, eq=False)
+class _Rows:
+    """The link problems of rows (device arrays (R, K)): the problem's rows, the terms, δ, π_k (0 where
+    δ = 0), the transmit-energy weights A_k and the download's reach δ' (None: δ)."""
+
+    pr: RoundProblem
+    terms: LinkTerms
+    delta: FloatArray
+    pi: FloatArray
+    weight: FloatArray
+    reach: FloatArray | None
+
+    def take(self, index: IntArray) -> _Rows:
+        """Rows ``index`` (repeats allowed)."""
+        terms = LinkTerms(*(getattr(self.terms, f)[index] for f in LinkTerms.__dataclass_fields__))
+        reach = None if self.reach is None else self.reach[index]
+        return _Rows(self.pr.rows(index), terms, self.delta[index], self.pi[index], self.weight[index], reach)
+
+
 @quiet
 def allocate_rows(
     pr: RoundProblem,
@@ -126,31 +145,22 @@ def allocate_rows(
     of δ_k·u_k, the gather's), every iterate is scored with it at δ', and the best is kept."""
     delta = segments.astype(np.float64)
     on = delta > 0
-    weight = np.where(
-        on,
-        pr.queues
-        * (2.0 * pr.iterations * micro[:, None] * pr.payload_bits + segments * pr.block_bits)
-        * pr.noise_w_per_hz
-        / pr.gain,
-        0.0,
-    )
-    pi = np.where(on, pr.snr_scale, 0.0)
+    bits = 2.0 * pr.iterations * micro[:, None] * pr.payload_bits + segments * pr.block_bits
+    weight = np.where(on, pr.queues * bits * pr.noise_w_per_hz / pr.gain, 0.0)
+    lp = _Rows(pr, terms, delta, np.where(on, pr.snr_scale, 0.0), weight, reach)
     beta = np.where(on, 1.0 / np.maximum(on.sum(axis=-1, keepdims=True), 1), 0.0)
-    x = _snr_limit(pi, beta)
-    best = (score(pr, terms, delta, beta, x, weight, reach), beta, x)
+    x = _snr_limit(lp.pi, beta)
+    best = (score(lp, beta, x), beta, x)
     # the first bandwidth step; a link's SNR does not rise above its start (full power on the equal share)
-    start_x = x
-    beta, x, slope, bracket, _ = _trial(pr, terms, delta, pi, beta, x, weight, reach)
-    x = np.minimum(start_x, x)
-    best = _better(best, score(pr, terms, delta, beta, x, weight, reach), beta, x)
+    beta, new_x, slope, bracket, _ = _trial(lp, beta, x)
+    x = np.minimum(x, new_x)
+    best = _better(best, score(lp, beta, x), beta, x)
     prices = PRICES if np.any(weight > 0) else 1  # at full power every price gives the same step
     center, spread = np.zeros(bracket.shape[0]), np.ones(bracket.shape[0])
     active = np.arange(delta.shape[0])  # rows still moving
     for _ in range(rounds):
         state = (beta[active], x[active], slope[active], bracket[active], center[active], spread[active])
-        sub = LinkTerms(*(getattr(terms, f)[active] for f in LinkTerms.__dataclass_fields__))
-        sub_reach = None if reach is None else reach[active]
-        new, value = _round(pr, sub, delta[active], pi[active], weight[active], state, prices, sub_reach)
+        new, value = _round(lp.take(active), state, prices)
         moved = np.any(new[0] != beta[active], axis=1)
         beta[active], x[active], slope[active], bracket[active], center[active], spread[active] = new
         scored = np.full(best[0].shape, np.inf)
@@ -166,31 +176,22 @@ def allocate_rows(
 
 
 def _round(
-    pr: RoundProblem,
-    terms: LinkTerms,
-    delta: FloatArray,
-    pi: FloatArray,
-    weight: FloatArray,
-    state: tuple[FloatArray, ...],
-    prices: int,
-    reach: FloatArray | None,
+    lp: _Rows, state: tuple[FloatArray, ...], prices: int
 ) -> tuple[tuple[FloatArray, ...], FloatArray]:
     """One round for rows in ``state`` = (β, x, the rate model's slope d, the price range, the last price,
     the zoom): the power step at ``prices`` prices across the range, a bandwidth step after each, the
     best pair kept. Returns the new state and its score."""
     beta, x, slope, bracket, center, spread = state
-    rows, k = delta.shape
+    rows, k = lp.delta.shape
     mu = _price_levels(bracket, center, spread, prices)  # (R, P)
-    on = delta > 0
-    rate = beta * pr.bandwidth_hz * np.log2(1.0 + x)
+    on = lp.delta > 0
+    rate = beta * lp.pr.bandwidth_hz * np.log2(1.0 + x)
     marginal = np.where(on, rate**2 / np.where(on, slope, 1.0), 0.0)  # Ω = μ·r²/d = μ/(d·u²)
     omega = (mu[:, :, None] * marginal[:, None, :]).reshape(-1, k)  # (R·P, K)
-    wide_delta = np.repeat(delta, prices, axis=0)
-    wide_pi, wide_weight, wide_beta = (np.repeat(z, prices, axis=0) for z in (pi, weight, beta))
-    trial_x = power_step(pr.bandwidth_hz, wide_beta, omega, wide_weight, wide_pi)
-    wide = LinkTerms(*(np.repeat(getattr(terms, f), prices) for f in LinkTerms.__dataclass_fields__))
-    wide_reach = None if reach is None else np.repeat(reach, prices, axis=0)
-    out = _trial(pr, wide, wide_delta, wide_pi, wide_beta, trial_x, wide_weight, wide_reach)
+    wide = lp.take(np.repeat(np.arange(rows), prices))
+    wide_beta = np.repeat(beta, prices, axis=0)
+    trial_x = power_step(lp.pr.bandwidth_hz, wide_beta, omega, wide.weight, wide.pi)
+    out = _trial(wide, wide_beta, trial_x)
     t_beta, t_x, t_slope, t_bracket, t_value = (z.reshape(rows, prices, *z.shape[1:]) for z in out)
     pick = np.argmin(t_value, axis=1)
     at = np.arange(rows)
@@ -217,47 +218,33 @@ def _snr_limit(pi: FloatArray, beta: FloatArray) -> FloatArray:
 
 
 def _trial(
-    pr: RoundProblem,
-    terms: LinkTerms,
-    delta: FloatArray,
-    pi: FloatArray,
-    beta: FloatArray,
-    x: FloatArray,
-    weight: FloatArray,
-    reach: FloatArray | None,
+    lp: _Rows, beta: FloatArray, x: FloatArray
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """The bandwidth step at the SNRs x reached on β, links at full power kept there:
     (β', x', the rate model's slope d, the price range (R, 2), the score)."""
+    pr, delta = lp.pr, lp.delta
     on = delta > 0
-    limit = _snr_limit(pi, beta)
+    limit = _snr_limit(lp.pi, beta)
     at_max = on & (x >= limit * (1 - 1e-9))
     ell = np.log2(1.0 + np.maximum(x, 1e-300))
     tangent = pr.bandwidth_hz * (ell - x / ((1.0 + x) * np.log(2.0)))
     slope = np.where(on, np.where(at_max, tangent, pr.bandwidth_hz * ell), 1.0)
     intercept = np.where(at_max, beta * pr.bandwidth_hz * ell - tangent * beta, 0.0)
-    new_beta, bracket = bandwidth_step(terms, delta, intercept, slope, pr.payload_bits, pr.block_bits)
-    new_limit = _snr_limit(pi, new_beta)
+    new_beta, bracket = bandwidth_step(lp.terms, delta, intercept, slope, pr.payload_bits, pr.block_bits)
+    new_limit = _snr_limit(lp.pi, new_beta)
     new_x = np.minimum(np.where(at_max, new_limit, x), new_limit)
-    return new_beta, new_x, slope, bracket, score(pr, terms, delta, new_beta, new_x, weight, reach)
+    return new_beta, new_x, slope, bracket, score(lp, new_beta, new_x)
 
 
 @quiet
-def score(
-    pr: RoundProblem,
-    terms: LinkTerms,
-    delta: FloatArray,
-    beta: FloatArray,
-    x: FloatArray,
-    weight: FloatArray,
-    reach: FloatArray | None = None,
-) -> FloatArray:
+def score(lp: _Rows, beta: FloatArray, x: FloatArray) -> FloatArray:
     """Lat(u) + Σ_k A_k·x_k/ℓ(x_k) per row (∞ where a scheduled link has no rate); the download's maximum
-    at ``reach`` (δ' with moved optimizer state) where given."""
-    on = delta > 0
+    at the reach δ' (with moved optimizer state) where given."""
+    pr, on = lp.pr, lp.delta > 0
     ell = np.log2(1.0 + np.maximum(x, 1e-300))
     u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * ell), 0.0)
-    energy = np.sum(np.where(on, weight * x / ell, 0.0), axis=-1)
-    value = latency_cost(terms, delta.astype(np.float64), u, pr.payload_bits, pr.block_bits, reach) + energy
+    energy = np.sum(np.where(on, lp.weight * x / ell, 0.0), axis=-1)
+    value = latency_cost(lp.terms, lp.delta, u, pr.payload_bits, pr.block_bits, lp.reach) + energy
     out: FloatArray = np.where(np.isfinite(value), value, np.inf)
     return out
 
