@@ -179,6 +179,7 @@ def candidates(
     weights: tuple[FloatArray, FloatArray],
     active: np.ndarray,
     explore: bool,
+    wide: bool = True,
 ) -> Candidates:
     """The active clusters' candidates, each once. Row sets: weights (1, 1) at every candidate M, and the
     clusters' own weights (the link step's choice) at their M; with several clusters also without the
@@ -189,7 +190,7 @@ def candidates(
     row_sets = [RowSet(ones, ones)]
     if np.any(weights[0] != 1) or np.any(weights[1] != 1):
         row_sets.append(RowSet(*weights, every_micro=False))
-    if n > 1:
+    if n > 1 and wide:
         row_sets += [RowSet(ones, ones, gather_floor=False, every_micro=False)]
         row_sets += [RowSet(w * ones, v * ones, every_micro=False) for w, v in ((0.3, 1.0), (0.0, 1.0))]
     proposed, model_rows = segment_step(pr, solution, solution[0], row_sets, active, explore)

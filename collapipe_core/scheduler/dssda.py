@@ -7,7 +7,7 @@ Each round minimises the drift-plus-penalty bound of evaluate()'s model,
 with the penalty V·(T + λ·σ²/(b·Σ M)) (``variance``) or V·T·(1 + B_noise/(b·Σ M)), the modeled time per
 unit of training progress (``noise_scale``),
 
-over segments δ, micro-batches M_n, bandwidth shares β and powers p, by block-coordinate descent:
+over segments δ, micro-batches M_n, bandwidth shares β and powers p, by block-coordinate descent. A pass:
 
 - candidates per cluster (:mod:`~collapipe_core.scheduler.candidates`): the exact segment DP under link
   models for candidate M and weights, the best-ranked moves, and the previous round's placement;
@@ -17,17 +17,18 @@ over segments δ, micro-batches M_n, bandwidth shares β and powers p, by block-
   pipeline's maximum also with every cluster's M re-chosen by the exact M step,
   :mod:`~collapipe_core.scheduler.microbatches`) and of one option per cluster chosen together
   (:func:`~collapipe_core.scheduler.clusters.select`), as chosen and with M re-chosen;
-- then the joint M step and links coupled across clusters (the weights w_n, v_n of each cluster's
-  pipeline and gather times, chosen from a menu).
+- then, with several clusters, the links coupled across clusters again (the weights w_n, v_n of each
+  cluster's pipeline and gather times, chosen from a menu).
 
 With the noise-scale convergence term (``problem.penalty``), each pass's steps weigh micro-batches at
 the latency of the solution it starts from (T̂); every candidate is scored exactly. The first pass
 explores every candidate M, later ones M ± 1 around each cluster's. Passes repeat until one over every
 cluster no longer lowers J by more than 1e-5 (relative); after an improving pass only the clusters that
-changed or sit at a maximum get new candidates. The result is polished (M for its links, links coupled
-with a finer weight menu and more rounds, then M_n ± 1 of one cluster at a time with the links coupled
-again). ``Decision.solver_iterations`` counts the passes. A round where no placement fits in memory is
-refused with a ValueError naming the devices and the shortfall.
+changed or sit at a maximum get new candidates. Two descents run from the same start — in the wide
+neighbourhood throughout, and in the narrow one (fewer row sets) first, widening when it converges — and
+the better result is polished: M for its links, the links coupled with a finer weight menu, then M_n ± 1
+of one cluster at a time with the links coupled again. ``Decision.solver_iterations`` counts the passes.
+A round where no placement fits in memory is refused with a ValueError naming the devices and shortfall.
 
 ``myopic`` is DSSDA with every Q_k = 0 (it ignores the energy budgets).
 """
@@ -84,8 +85,15 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     cache = LinkCache(pr)
     delta, micro = _start(pr)
     beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 1, (1.0,)))
-    solution, current, passes = _descend(pr, cache, (delta, micro, beta, power))
-    # polish: M for the links found, links coupled with a finer menu and more rounds
+    start = (delta, micro, beta, power)
+    ends: list[tuple[Solution, float]] = []  # where each descent ended; a later one that gets there stops
+    passes = 0
+    for narrow_first in (False, True):
+        solution, current, count = _descend(pr, cache, start, narrow_first, ends)
+        ends.append((solution, current))
+        passes += count
+    solution, current = min(ends, key=lambda end: end[1])
+    # polish: M for the links found, links coupled with a finer menu
     n = pr.shape[0]
     delta = solution[0]
     micro = _micro_step(pr, delta[None], solution[2][None], solution[3][None])[0] if n > 1 else solution[1]
@@ -126,32 +134,47 @@ def _micro_neighbours(
     return solution, current
 
 
-def _descend(pr: RoundProblem, cache: LinkCache, solution: Solution) -> tuple[Solution, float, int]:
-    """Passes from ``solution`` until one over every cluster lowers J no more. After an improving pass only
-    the clusters that changed or sit at a maximum get new candidates (the others' last ones are offered
-    again); after a pass without improvement the clusters not yet tried since the last improvement.
-    Returns the solution, J and the number of passes."""
+def _descend(
+    pr: RoundProblem,
+    cache: LinkCache,
+    solution: Solution,
+    narrow_first: bool,
+    ends: list[tuple[Solution, float]],
+) -> tuple[Solution, float, int]:
+    """Passes from ``solution`` until one over every cluster lowers J no more in the wide neighbourhood;
+    with ``narrow_first`` in the narrow one (fewer row sets) first, widening once it converges and back to
+    narrow after an improvement. After an improving pass only the clusters that changed or sit at a
+    maximum get new candidates (the others' last ones are offered again); after a pass without improvement
+    the clusters not yet tried since the last improvement. Stops where an earlier descent ended
+    (``ends``). Returns the solution, J and the number of passes."""
     n = pr.shape[0]
     current = objective(pr, solution)
     weights = (np.ones(n), np.ones(n))
     active, tried = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
     kept: dict[int, Candidates] = {}
-    passes = 0
+    passes, wide = 0, not narrow_first
     while passes < MAX_PASSES:
         passes += 1
         pr = _estimated(pr, solution)
-        new, new_weights = _pass(pr, cache, solution, weights, active, kept, passes == 1)
+        new, new_weights = _pass(pr, cache, solution, weights, active, kept, passes == 1, wide)
         value = objective(pr, new)
         if value >= current * (1 - TOLERANCE):
             tried |= active
-            if tried.all():
+            if not tried.all():
+                active = ~tried
+            elif wide:
                 break
-            active = ~tried
+            else:
+                wide, active, tried = True, np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
             continue
         changed = np.any(new[0] != solution[0], axis=1) | (new[1] != solution[1])
         changed |= (new_weights[0] != weights[0]) | (new_weights[1] != weights[1])
         solution, current, weights, tried = new, value, new_weights, np.zeros(n, dtype=bool)
+        if any(np.array_equal(solution[0], s[0]) and np.array_equal(solution[1], s[1]) for s, _ in ends):
+            break
         active = changed | _at_a_maximum(pr, solution)
+        if narrow_first and wide:
+            wide, active = False, np.ones(n, dtype=bool)
     return solution, current, passes
 
 
@@ -163,11 +186,12 @@ def _pass(
     active: np.ndarray,
     kept: dict[int, Candidates],
     explore: bool,
+    wide: bool,
 ) -> tuple[Solution, tuple[FloatArray, FloatArray]]:
     """One pass: the active clusters' candidates (every candidate M when ``explore``) and the others' last
     ones, links for each (weights (1, 1) and the cluster's own), the acceptance; then, with several
     clusters, the links coupled again (the new weights)."""
-    fresh = candidates(pr, solution, weights, active, explore)
+    fresh = candidates(pr, solution, weights, active, explore, wide)
     for c in np.flatnonzero(active):
         kept[int(c)] = _subset(fresh, fresh.owner == c)
     cand = Candidates.concatenate([kept[int(c)] for c in range(pr.shape[0]) if int(c) in kept])
