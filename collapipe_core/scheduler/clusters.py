@@ -37,9 +37,7 @@ class LinkCache:
 
     def __init__(self, pr: RoundProblem) -> None:
         self.problem = pr
-        self._index: dict[bytes, int] = {}
-        self._beta: list[FloatArray] = []
-        self._power: list[FloatArray] = []
+        self._links: dict[bytes, tuple[FloatArray, FloatArray]] = {}  # one row's β, p (K,)
         self.requested = 0  # rows asked for
         self.solved = 0  # rows solved
 
@@ -56,38 +54,16 @@ class LinkCache:
         """β, p (R, K) for rows: cluster (R,), δ (R, K), M, w, v (R,) in solutions training Σ M micro-batches
         (``total_micro`` (R,)): w and v are scaled by the penalty's weight of the latency there."""
         factor = self.problem.latency_factor(total_micro)
-        pipeline_weight, gather_weight = pipeline_weight * factor, gather_weight * factor
-        rows = cluster.shape[0]
-        key_rows = np.empty((rows, 5 + delta.shape[1]))
-        key_rows[:, 0], key_rows[:, 1], key_rows[:, 2] = cluster, micro, pipeline_weight
-        key_rows[:, 3], key_rows[:, 4], key_rows[:, 5:] = gather_weight, rounds, delta
-        keys = [row.tobytes() for row in key_rows]
-        missing: dict[bytes, int] = {}
-        for i, key in enumerate(keys):
-            if key not in self._index and key not in missing:
-                missing[key] = i
-        if missing:
-            new = np.fromiter(missing.values(), dtype=np.int64, count=len(missing))
-            beta, power = allocate(
-                self.problem,
-                cluster[new],
-                delta[new],
-                micro[new],
-                pipeline_weight[new],
-                gather_weight[new],
-                rounds,
-            )
-            start = sum(b.shape[0] for b in self._beta)
-            for offset, key in enumerate(missing):
-                self._index[key] = start + offset
-            self._beta.append(beta)
-            self._power.append(power)
+        w, v = pipeline_weight * factor, gather_weight * factor
+        columns = np.column_stack([cluster, micro, w, v, np.full(cluster.shape, rounds), delta])
+        keys = [row.tobytes() for row in columns.astype(np.float64)]
+        new = np.array(list({k: i for i, k in enumerate(keys) if k not in self._links}.values()), dtype=int)
+        if new.size:
+            beta, power = allocate(self.problem, cluster[new], delta[new], micro[new], w[new], v[new], rounds)
+            self._links.update(zip([keys[i] for i in new], zip(beta, power, strict=True), strict=True))
             self.solved += new.size
-            if len(self._beta) > 1:
-                self._beta, self._power = [np.concatenate(self._beta)], [np.concatenate(self._power)]
-        self.requested += rows
-        at = np.fromiter((self._index[key] for key in keys), dtype=np.int64, count=rows)
-        return self._beta[0][at], self._power[0][at]
+        self.requested += len(keys)
+        return np.stack([self._links[k][0] for k in keys]), np.stack([self._links[k][1] for k in keys])
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,29 +106,16 @@ def options(
 
 def coupled_links(
     cache: LinkCache, delta: IntArray, micro: IntArray, rounds: int, weights: tuple[float, ...] = WEIGHTS
-) -> tuple[FloatArray, FloatArray]:
-    """β, p (S, N, K) for δ (S, N, K), M (S, N): each cluster's option of the menu chosen by :func:`select`
-    (with one cluster, or a one-weight menu, the weights (1, 1))."""
-    beta, power, _, _ = weighted_links(cache, delta, micro, rounds, weights)
-    return beta, power
-
-
-def weighted_links(
-    cache: LinkCache, delta: IntArray, micro: IntArray, rounds: int, weights: tuple[float, ...] = WEIGHTS
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """As :func:`coupled_links`, also the chosen weights w, v (S, N) of each cluster."""
+    """β, p (S, N, K) for δ (S, N, K), M (S, N): each cluster's option of the menu chosen by :func:`select`
+    (with one cluster, or a one-weight menu, the weights (1, 1)); also the chosen weights w, v (S, N)."""
     s_count, n, k = delta.shape
     if n == 1 or len(weights) == 1:
         ones = np.ones(s_count * n)
         cluster = np.broadcast_to(np.arange(n), (s_count, n)).reshape(-1)
         total = np.repeat(micro.sum(axis=1), n)
         beta, power = cache.links(cluster, delta.reshape(-1, k), micro.reshape(-1), ones, ones, rounds, total)
-        return (
-            beta.reshape(delta.shape),
-            power.reshape(delta.shape),
-            np.ones((s_count, n)),
-            np.ones((s_count, n)),
-        )
+        return beta.reshape(delta.shape), power.reshape(delta.shape), ones.reshape(-1, n), ones.reshape(-1, n)
     opt = options(cache, delta, micro, weights, rounds)
     pick = select(cache.problem, opt.pipe, opt.gather, opt.energy)  # (S, N)
     index = pick[:, None, :, None]

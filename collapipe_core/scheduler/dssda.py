@@ -49,7 +49,6 @@ from collapipe_core.scheduler.clusters import (
     coupled_links,
     others_max,
     select,
-    weighted_links,
 )
 from collapipe_core.scheduler.microbatches import best_microbatches
 from collapipe_core.scheduler.problem import (
@@ -84,7 +83,7 @@ def solve(state: RoundState, use_queues: bool = True) -> tuple[Decision, float]:
 def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     cache = LinkCache(pr)
     delta, micro = _start(pr)
-    beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 1, (1.0,)))
+    beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 1, (1.0,))[:2])
     start = (delta, micro, beta, power)
     ends: list[tuple[Solution, float]] = []  # where each descent ended; a later one that gets there stops
     passes = 0
@@ -98,7 +97,7 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     delta = solution[0]
     micro = _micro_step(pr, delta[None], solution[2][None], solution[3][None])[0] if n > 1 else solution[1]
     weights = tuple(float(w) for w in np.linspace(1.0, 0.0, 11)) if n == 2 else WEIGHTS
-    beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 2, weights))
+    beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 2, weights)[:2])
     fine = (delta, micro, beta, power)
     if objective(pr, fine) < current:
         solution, current = fine, objective(pr, fine)
@@ -125,7 +124,7 @@ def _micro_neighbours(
         if micros.shape[0] == 0:
             break
         deltas = np.repeat(delta[None], micros.shape[0], axis=0)
-        beta, power = coupled_links(cache, deltas, micros, 2)
+        beta, power, _, _ = coupled_links(cache, deltas, micros, 2)
         values = costs(pr, deltas, micros, pr.time_per_bit(beta, power), power).objective
         i = int(np.argmin(values))
         if values[i] >= current * (1 - TOLERANCE):
@@ -210,7 +209,7 @@ def _pass(
     new = _accept(pr, solution, owner, (delta, micro, beta, power))
     if pr.shape[0] == 1:
         return new, weights
-    b, p, w_new, v_new = (x[0] for x in weighted_links(cache, new[0][None], new[1][None], 2, PASS_WEIGHTS))
+    b, p, w_new, v_new = (x[0] for x in coupled_links(cache, new[0][None], new[1][None], 2, PASS_WEIGHTS))
     coupled = (new[0], new[1], b, p)
     return (coupled if objective(pr, coupled) < objective(pr, new) else new), (w_new, v_new)
 

@@ -35,7 +35,7 @@ def test_the_cache_solves_each_distinct_cluster_problem_once_and_gives_its_links
     for seed in (1, 2, 3):
         pr, delta, micro = _batch(seed)
         cache = LinkCache(pr)
-        beta, power = coupled_links(cache, delta, micro, 2, (1.0,))
+        beta, power, _, _ = coupled_links(cache, delta, micro, 2, (1.0,))
         n = pr.shape[0]
         distinct = {
             (c, int(m[c]), d[c].tobytes()) for d, m in zip(delta, micro, strict=True) for c in range(n)
