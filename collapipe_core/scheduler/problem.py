@@ -17,7 +17,9 @@ With u_k = 1/r_k (seconds per bit), r_k = β_k·W·log2(1 + p_k·h_k/(β_k·W·N
     R_n      = U + max_k out_k·B_opt·u'_k + max_{δ_k>0} (δ_k·B + in_k·B_opt)·u_k
     A_n      = U + max_{δ_k>0} δ_k·B·u_k
     E_k      = M_n·δ_k·e_k + p_k·u_k·(2·I·M_n·P + δ_k·B) + p'_k·out_k·B_opt·u'_k
-    J        = V·(max_n (R_n + I·T^pipe_n) + max_n A_n + λ·σ²/(b·Σ_n M_n)) + Σ_k Q_k·E_k
+    T        = max_n (R_n + I·T^pipe_n) + max_n A_n
+    J        = penalty(T, Σ_n M_n) + Σ_k Q_k·E_k,   penalty = V·(T + λ·σ²/(b·Σ M))     (``variance``)
+                                                           or V·T·(1 + B_noise/(b·Σ M))  (``noise_scale``)
 
 R_n is the redistribution before the first iteration (the averaged model from the edge server to the CU,
 the optimizer state of TEBs whose holder changes from their previous holders over their previous links
