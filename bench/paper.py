@@ -1,7 +1,13 @@
 """The paper's headline comparison: DSSDA against every baseline on the same seeded trace.
 
-For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparison.md):
+For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparison.md), in each seed of
+``--seeds`` (the config's top-level seed: channel trace, data split, initial weights; default the
+scenarios' own):
 
+0. with ``--convergence noise_scale`` (the default) DSSDA's convergence term is V·T·(1 + B_noise/(b·ΣM))
+   with B_noise measured on the bench-scale copy below (:func:`collapipe_core.calibration.calibrate`:
+   its data, b and I, uniform at M = 4 for 5 rounds) for that scenario and seed; ``variance`` keeps
+   the scenario's σ² term;
 1. modeled figures, at the scenario's own model size, over ``--rounds`` analytic rounds per policy:
    mean round latency, latency per trained sample (policies train different numbers of micro-batches
    per round), computation efficiency = Σ device compute time / (devices × round latency), peak device
@@ -13,21 +19,27 @@ For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparis
    and optimizer, smaller widths) replays each policy's micro-batch counts M per round and cluster,
    the only part of a decision that changes the gradient (segments, bandwidth and power do not).
    The target is the eval loss ``uniform`` reaches after ``--train-rounds``; every other trajectory
-   trains until its own eval loss reaches it or for 2 × ``--train-rounds``. A policy's time to target
-   is the sum of its modeled (full-size) round latencies until then. Policies with the same M
-   sequence share one training run;
-3. a V sweep of DSSDA on the Transformer scenario: mean latency and mean penalty T + λ·G(M) (the term
-   the O(1/V) bound is about) against the mean virtual-queue backlog (O(V));
-4. DSSDA's decision time against the number of devices and of encoder blocks;
-5. blocks moved per round and the share of the round latency they cost (the redistribution's moved
-   optimizer state), for every policy and for DSSDA deciding blind to the previous placement (before it
-   weighs moves: ``blind_task``).
+   trains until its own eval loss reaches it or for ``--max-train-rounds`` (default 2 ×
+   ``--train-rounds``). A policy's time to target is the sum of its modeled (full-size) round
+   latencies until then. Policies with the same M sequence share one training run;
+3. over the seeds (more than one): per policy the mean time to target with its Student-t 95 % interval,
+   whether it holds the energy budgets, DSSDA's paired ratios (``bench/paper_seeds.py``);
+4. for the first seed only (``--skip-extras`` skips them): a V sweep of DSSDA on the Transformer
+   scenario — mean latency and mean penalty (T + the convergence part of the penalty over V, the term
+   the O(1/V) bound is about) against the mean virtual-queue backlog (O(V)); blocks moved per round
+   and the share of the round latency they cost for DSSDA deciding blind to the previous placement
+   (before it weighs moves: ``blind_task``); DSSDA's decision time against the number of devices and
+   of encoder blocks (a synthetic scenario with the variance term).
 
-Writes ``paper.csv``, ``paper.json`` and a self-contained ``paper.html`` (plotly.js inlined) to
-``--out``, prints the headline table and the JSON summary (one line on stdout with ``--json``, the table
-then going to stderr). Training runs single-threaded in ``--workers`` processes (torch's own threads
-are slower than one thread per process on a shared 2-core machine).
-Run: ``collapipe bench paper [--json] [--out DIR] [--rounds R] [--train-rounds R] [--workers W]
+Writes ``paper.csv`` (one row per scenario, seed and policy), ``paper-seeds.csv`` (per scenario and
+policy over the seeds), ``paper.json``, ``paper-decisions.json`` (every round's decision of every run:
+M per cluster, blocks per device, queues, energy against budget, blocks moved; and the eval losses) and
+a self-contained ``paper.html`` (plotly.js inlined) to ``--out``, prints the headline table and the
+JSON summary (one line on stdout with ``--json``, the table then going to stderr). Training runs
+single-threaded in ``--workers`` processes (torch's own threads are slower than one thread per process
+on a shared 2-core machine).
+Run: ``collapipe bench paper [--json] [--out DIR] [--rounds R] [--train-rounds R] [--max-train-rounds R]
+[--seeds 1,2,3,4,5] [--convergence noise_scale|variance] [--skip-extras] [--workers W]
 [--decision-devices 4,12,50,100,1000]``.
 """
 
@@ -44,7 +56,7 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -61,6 +73,10 @@ from collapipe_core.state import Placement, RoundState, build_environment, obser
 from collapipe_core.validation import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `collapipe bench paper` loads this file by path
+    sys.path.insert(0, str(ROOT))
+from bench.paper_seeds import aggregate, seeds_table  # noqa: E402
+
 SCENARIOS = {
     "transformer": ROOT / "examples" / "paper-transformer.yaml",
     "bert": ROOT / "examples" / "paper-bert.yaml",
@@ -87,8 +103,9 @@ def scenario_config(path: Path, **overrides: Any) -> ExperimentConfig:
     return load_config(path, {"executor": "analytic", **overrides})
 
 
-def training_config(path: Path) -> ExperimentConfig:
-    """The bench-scale copy the real training runs (same data, blocks, b, I, optimizer; smaller widths)."""
+def training_config(path: Path, seed: int | None = None) -> ExperimentConfig:
+    """The bench-scale copy the real training runs (same data, blocks, b, I, optimizer; smaller widths);
+    ``seed`` (default: the scenario's) draws its data split and initial weights."""
     full = scenario_config(path)
     layers = min(full.model.num_decoder_layers, TRAINING_DECODER_LAYERS)
     overrides = {
@@ -96,8 +113,30 @@ def training_config(path: Path) -> ExperimentConfig:
         "training.lr": TRAINING_LR[path.stem],
         "model.num_decoder_layers": layers,
         "executor": "simulated",
+        **({} if seed is None else {"seed": seed}),
     }
     return load_config(path, overrides)
+
+
+def modeled_overrides(seed: int | None, convergence: str, noise_scale: float | None) -> dict[str, Any]:
+    """Config overrides of the analytic (full-size) runs: the seed (channel trace) and the convergence
+    term, with the calibrated B_noise for ``noise_scale``."""
+    out: dict[str, Any] = {} if seed is None else {"seed": seed}
+    out["scheduler.convergence"] = convergence
+    if convergence == "noise_scale":
+        out["scheduler.gradient_noise_scale"] = noise_scale
+    return out
+
+
+def calibrate_task(path: Path, seed: int | None) -> dict[str, float | int]:
+    """B_noise measured on the bench-scale copy (the data, b and I the time-to-target training uses):
+    :func:`collapipe_core.calibration.calibrate`, its default rounds and M."""
+    import torch
+
+    from collapipe_core.calibration import calibrate
+
+    torch.set_num_threads(1)
+    return dataclasses.asdict(calibrate(training_config(path, seed)))
 
 
 def run_policy(config: ExperimentConfig, policy: str, rounds: int, executor: str) -> list[RoundResult]:
@@ -144,22 +183,45 @@ def modeled_figures(results: list[RoundResult], samples_per_microbatch: int) -> 
     }
 
 
-def analytic_task(path: Path, policy: str, rounds: int) -> dict[str, Any]:
-    """One policy on one scenario: figures, per-round latencies and the M of every round and cluster."""
-    config = scenario_config(path)
+def decision_log(results: list[RoundResult]) -> list[dict[str, Any]]:
+    """Per round: what the policy decided and what it cost (the evidence for why a policy is slow)."""
+    return [
+        {
+            "latency_s": r.round.latency_s,
+            "microbatches": list(r.round.num_microbatches),
+            "blocks_moved": r.round.blocks_moved,
+            "redistribution_s": r.round.redistribution_s,
+            "objective_latency": r.round.objective_latency,
+            "objective_convergence": r.round.objective_convergence,
+            "objective_energy": r.round.objective_energy,
+            "blocks": {d.device_id: d.num_blocks for d in r.devices if d.num_blocks > 0},
+            "queues": {d.device_id: d.queue for d in r.devices if d.queue > 0},
+            "energy_over_budget": {d.device_id: d.energy_j / d.energy_budget_j for d in r.devices},
+        }
+        for r in results
+    ]
+
+
+def analytic_task(
+    path: Path, policy: str, rounds: int, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One policy on one scenario: figures, per-round latencies, the M of every round and cluster and the
+    decision log; ``overrides`` (:func:`modeled_overrides`) set the seed and the convergence term."""
+    config = scenario_config(path, **(overrides or {}))
     results = run_policy(config, policy, rounds, "analytic")
     per_microbatch = config.training.microbatch_size * config.training.local_iterations
     return {
         "figures": modeled_figures(results, per_microbatch),
         "latency_series": [r.round.latency_s for r in results],
         "microbatches": [list(r.round.num_microbatches) for r in results],
+        "decision_log": decision_log(results),
     }
 
 
-def blind_task(path: Path, rounds: int) -> dict[str, float]:
+def blind_task(path: Path, rounds: int, overrides: dict[str, Any] | None = None) -> dict[str, float]:
     """DSSDA deciding as if no TEB had a previous holder (blind to what moves cost), each round evaluated
     with the placement the round before left: DSSDA's row before it weighs moves."""
-    config = scenario_config(path)
+    config = scenario_config(path, **(overrides or {}))
     env = Runner(config.model_copy(update={"executor": "analytic"}), MemorySink()).env
     policy = get_policy("dssda")
     queues, previous = np.zeros(env.scenario.shape), None
@@ -182,16 +244,20 @@ def blind_task(path: Path, rounds: int) -> dict[str, float]:
     }
 
 
-def v_sweep_task(path: Path, v: float, rounds: int) -> dict[str, float]:
-    config = scenario_config(path, **{"scheduler.V": v})
+def v_sweep_task(
+    path: Path, v: float, rounds: int, overrides: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """DSSDA at ``V``; its penalty per round is T + (the convergence part of V·penalty)/V."""
+    config = scenario_config(path, **{**(overrides or {}), "scheduler.V": v})
     results = run_policy(config, "dssda", rounds, "analytic")
-    lam = config.scheduler.lambda_
     queues = np.array([[d.queue for d in r.devices] for r in results])  # (rounds, devices)
     energy = np.array([[d.energy_j / d.energy_budget_j for d in r.devices] for r in results])
     return {
         "V": v,
         "mean_latency_s": statistics.fmean(r.round.latency_s for r in results),
-        "mean_penalty_s": statistics.fmean(r.round.latency_s + lam * r.round.convergence for r in results),
+        "mean_penalty_s": statistics.fmean(
+            r.round.latency_s + r.round.objective_convergence / v for r in results
+        ),
         "mean_microbatches": float(np.mean([r.round.num_microbatches for r in results])),
         "mean_backlog": float(queues.mean()),
         "max_device_backlog": float(queues.mean(axis=0).max()),
@@ -221,13 +287,18 @@ class ReplayMicrobatches:
 
 
 def train_task(
-    path: Path, microbatches: list[list[int]], max_rounds: int, target: float | None
-) -> list[float]:
-    """Eval loss per round of the bench-scale copy replaying ``microbatches``; stops at ``target``."""
+    path: Path,
+    microbatches: list[list[int]],
+    max_rounds: int,
+    target: float | None,
+    seed: int | None = None,
+) -> dict[str, list[float | None]]:
+    """Eval loss per round of the bench-scale copy replaying ``microbatches``, and the B_noise it
+    measured (averaged up to each round); stops at ``target``."""
     import torch
 
     torch.set_num_threads(1)
-    config = training_config(path)
+    config = training_config(path, seed)
     config = config.model_copy(update={"training": config.training.model_copy(update={"rounds": max_rounds})})
     sink = MemorySink()
     runner = Runner(config, sink)
@@ -238,7 +309,12 @@ def train_task(
         return target is not None and loss is not None and loss <= target
 
     runner.run(should_stop=reached)
-    return [float(r.round.eval_loss if r.round.eval_loss is not None else float("nan")) for r in sink.results]
+    return {
+        "eval_loss": [
+            float(r.round.eval_loss if r.round.eval_loss is not None else float("nan")) for r in sink.results
+        ],
+        "gradient_noise_scale": [r.round.gradient_noise_scale for r in sink.results],
+    }
 
 
 # -- the comparison ---------------------------------------------------------------------------------
@@ -263,6 +339,7 @@ def run_task(name: str, *args: Any) -> Any:
         "sweep": v_sweep_task,
         "blind": blind_task,
         "train": train_task,
+        "calibrate": calibrate_task,
     }
     return tasks[name](*args)
 
@@ -271,82 +348,148 @@ def _starmap(pool: Any, calls: list[tuple[Any, ...]]) -> list[Any]:
     return list(pool.starmap(run_task, calls)) if pool is not None else [run_task(*c) for c in calls]
 
 
-def compare(
-    rounds: int, train_rounds: int, workers: int
-) -> tuple[list[dict[str, Any]], list[dict[str, float]]]:
+class Plan(NamedTuple):  # not a dataclass: `collapipe bench paper` loads this file outside sys.modules
+    """What one ``compare`` runs: ``seeds`` (None: each scenario's own), the convergence term of the
+    modeled runs, the training cap, and whether the first seed also runs the V sweep and the blind row."""
+
+    rounds: int
+    train_rounds: int
+    max_train_rounds: int
+    seeds: tuple[int | None, ...] = (None,)
+    convergence: str = "noise_scale"
+    extras: bool = True
+
+
+def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[str, float]] | None]:
+    """Every scenario in every seed: calibration, the modeled policies, the bench-scale training to the
+    target. Returns one entry per (seed, scenario), seed-major, and the V sweep (first seed) or None."""
     _importable()
-    cap = min(2 * train_rounds, rounds)
+    cap = plan.max_train_rounds
     ctx = multiprocessing.get_context("fork")
     pool = ctx.Pool(workers) if workers > 1 else None
+    names = list(SCENARIOS)
+    cases = [(seed, s) for seed in plan.seeds for s in names]  # seed-major: the first seed's come first
     try:
-        names = list(SCENARIOS)
-        calls = [("analytic", SCENARIOS[s], p, rounds) for s in names for p in POLICIES]
-        sweep_calls = [("sweep", SCENARIOS["transformer"], v, rounds) for v in V_VALUES]
-        blind_calls = [("blind", SCENARIOS[s], rounds) for s in names]
-        done = _starmap(pool, calls + sweep_calls + blind_calls)
-        blind = dict(zip(names, done[len(calls) + len(sweep_calls) :], strict=True))
-        _progress(f"modeled {len(calls)} policy runs and {len(sweep_calls)} V values")
+        noise: dict[tuple[int | None, str], dict[str, Any] | None] = dict.fromkeys(cases)
+        if plan.convergence == "noise_scale":
+            found = _starmap(pool, [("calibrate", SCENARIOS[s], seed) for seed, s in cases])
+            noise = dict(zip(cases, found, strict=True))
+            _progress(
+                "calibrated B_noise: "
+                + ", ".join(
+                    f"{s} seed {seed}: {c['gradient_noise_scale']:.3g}" for (seed, s), c in noise.items()
+                )
+            )
+
+        def overrides(case: tuple[int | None, str]) -> dict[str, Any]:
+            found = noise[case]
+            value = None if found is None else found["gradient_noise_scale"]
+            return modeled_overrides(case[0], plan.convergence, value)
+
+        calls = [
+            ("analytic", SCENARIOS[s], p, plan.rounds, overrides((seed, s)))
+            for seed, s in cases
+            for p in POLICIES
+        ]
+        first = plan.seeds[0]
+        extra_calls = []
+        if plan.extras:
+            extra_calls += [
+                ("sweep", SCENARIOS["transformer"], v, plan.rounds, overrides((first, "transformer")))
+                for v in V_VALUES
+            ]
+            extra_calls += [("blind", SCENARIOS[s], plan.rounds, overrides((first, s))) for s in names]
+        done = _starmap(pool, calls + extra_calls)
+        _progress(f"modeled {len(calls)} policy runs and {len(extra_calls)} sweep and blind runs")
         analytic = {
-            s: dict(zip(POLICIES, done[i * len(POLICIES) : (i + 1) * len(POLICIES)], strict=True))
-            for i, s in enumerate(names)
+            case: dict(zip(POLICIES, done[i * len(POLICIES) : (i + 1) * len(POLICIES)], strict=True))
+            for i, case in enumerate(cases)
         }
-        sweep = done[len(calls) : len(calls) + len(sweep_calls)]
+        sweep = done[len(calls) : len(calls) + len(V_VALUES)] if plan.extras else None
+        blind = dict(zip(names, done[len(calls) + len(V_VALUES) :], strict=True)) if plan.extras else {}
         # training: one run per distinct M trajectory; the uniform group first, it sets the target
-        groups: dict[str, dict[tuple[tuple[int, ...], ...], list[str]]] = {}
-        for s in names:
-            groups[s] = {}
+        groups: dict[tuple[int | None, str], dict[tuple[tuple[int, ...], ...], list[str]]] = {}
+        for case in cases:
+            groups[case] = {}
             for p in POLICIES:
-                key = tuple(tuple(m) for m in analytic[s][p]["microbatches"][:cap])
-                groups[s].setdefault(key, []).append(p)
-        first = _starmap(
+                key = tuple(tuple(m) for m in analytic[case][p]["microbatches"][:cap])
+                groups[case].setdefault(key, []).append(p)
+        uniform_runs = _starmap(
             pool,
             [
-                ("train", SCENARIOS[s], analytic[s]["uniform"]["microbatches"], train_rounds, None)
-                for s in names
+                (
+                    "train",
+                    SCENARIOS[s],
+                    analytic[(seed, s)]["uniform"]["microbatches"],
+                    plan.train_rounds,
+                    None,
+                    seed,
+                )
+                for seed, s in cases
             ],
         )
-        targets = {s: first[i][-1] for i, s in enumerate(names)}
-        _progress(f"trained uniform for {train_rounds} rounds: target eval losses {targets}")
-        rest = [(s, key) for s in names for key, members in groups[s].items() if "uniform" not in members]
-        losses_rest = _starmap(
-            pool, [("train", SCENARIOS[s], [list(m) for m in key], cap, targets[s]) for s, key in rest]
+        trained_uniform = dict(zip(cases, uniform_runs, strict=True))
+        targets = {case: run["eval_loss"][-1] for case, run in trained_uniform.items()}
+        _progress(
+            f"trained uniform for {plan.train_rounds} rounds: target eval losses {list(targets.values())}"
+        )
+        rest = [
+            (case, key) for case in cases for key, members in groups[case].items() if "uniform" not in members
+        ]
+        trained_rest = _starmap(
+            pool,
+            [
+                ("train", SCENARIOS[s], [list(m) for m in key], cap, targets[(seed, s)], seed)
+                for (seed, s), key in rest
+            ],
         )
         _progress(f"trained {len(rest)} more micro-batch trajectories")
     finally:
         if pool is not None:
             pool.close()
             pool.join()
-    scenarios = []
-    for i, s in enumerate(names):
-        losses: dict[str, list[float]] = {}
-        for key, members in groups[s].items():
-            curve = first[i] if "uniform" in members else losses_rest[rest.index((s, key))]
+    runs = []
+    for case in cases:
+        seed, s = case
+        config = scenario_config(SCENARIOS[s], **overrides(case))
+        trained: dict[str, dict[str, Any]] = {}
+        for key, members in groups[case].items():
+            run = trained_uniform[case] if "uniform" in members else trained_rest[rest.index((case, key))]
             for p in members:
-                losses[p] = curve
-        figures = {p: dict(analytic[s][p]["figures"]) for p in POLICIES}
+                trained[p] = run
+        losses = {p: trained[p]["eval_loss"] for p in POLICIES}
+        figures = {p: dict(analytic[case][p]["figures"]) for p in POLICIES}
         for f in figures.values():
             f["memory_ratio_to_fl"] = f["peak_memory_bytes"] / figures["fl"]["peak_memory_bytes"]
             f["mean_memory_ratio_to_fl"] = f["mean_memory_bytes"] / figures["fl"]["mean_memory_bytes"]
         for p in POLICIES:
             f = figures[p]
             # training stops at the target: its losses cover the first rounds of the latency series
-            latencies = analytic[s][p]["latency_series"][: len(losses[p])]
-            reached = time_to_target(latencies, losses[p], targets[s])
+            latencies = analytic[case][p]["latency_series"][: len(losses[p])]
+            reached = time_to_target(latencies, losses[p], targets[case])
             f["time_to_target_s"], f["rounds_to_target"] = reached if reached else (None, None)
             f["trained_rounds"] = len(losses[p])
+            f["elapsed_trained_s"] = sum(latencies)  # a lower bound of the time to target if not reached
             f["final_eval_loss"] = losses[p][-1]
-        scenarios.append(
+        calibration = noise[case]
+        runs.append(
             {
                 "scenario": SCENARIOS[s].stem,
-                "target_eval_loss": targets[s],
-                "dssda_blind_to_moves": blind[s],
-                "training_groups": list(groups[s].values()),
+                "seed": config.seed,
+                "convergence": plan.convergence,
+                "gradient_noise_scale": None if calibration is None else calibration["gradient_noise_scale"],
+                "calibration": calibration,
+                "target_eval_loss": targets[case],
+                "dssda_blind_to_moves": blind.get(s) if seed == first else None,
+                "training_groups": list(groups[case].values()),
                 "figures": figures,
                 "eval_loss": losses,
-                "latency_series": {p: analytic[s][p]["latency_series"] for p in POLICIES},
+                "training_noise_scale": trained_uniform[case]["gradient_noise_scale"],
+                "latency_series": {p: analytic[case][p]["latency_series"] for p in POLICIES},
+                "decision_log": {p: analytic[case][p]["decision_log"] for p in POLICIES},
             }
         )
-    return scenarios, sweep
+    return runs, sweep
 
 
 def ratios_to_dssda(figures: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
@@ -420,6 +563,7 @@ CSV_KEYS = [
     "time_to_target_s",
     "rounds_to_target",
     "trained_rounds",
+    "elapsed_trained_s",
     "final_eval_loss",
     "infeasible_rounds",
     "mean_blocks_moved",
@@ -428,12 +572,55 @@ CSV_KEYS = [
 
 
 def write_csv(path: Path, scenarios: list[dict[str, Any]]) -> None:
+    """One row per scenario, seed and policy."""
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["scenario", "policy", *CSV_KEYS])
+        writer.writerow(["scenario", "seed", "gradient_noise_scale", "policy", *CSV_KEYS])
         for s in scenarios:
             for p, f in s["figures"].items():
-                writer.writerow([s["scenario"], p, *(f[k] for k in CSV_KEYS)])
+                writer.writerow(
+                    [s["scenario"], s["seed"], s["gradient_noise_scale"], p, *(f[k] for k in CSV_KEYS)]
+                )
+
+
+def write_seeds_csv(path: Path, aggregated: list[dict[str, Any]]) -> None:
+    """One row per scenario and policy: the figures over seeds (bench/paper_seeds.py)."""
+    columns = ["mean", "low", "high", "n", "lower_bound"]
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(
+            [
+                "scenario",
+                "policy",
+                "seeds",
+                *(f"time_to_target_s_{c}" for c in columns),
+                "not_reached_seeds",
+                *(f"rounds_to_target_{c}" for c in ("mean", "low", "high", "n")),
+                "mean_latency_s",
+                "mean_microbatches",
+                "energy_over_budget_max_worst_seed",
+                "holds_budgets",
+                *(f"dssda_ratio_{c}" for c in columns),
+            ]
+        )
+        for s in aggregated:
+            for p, f in s["policies"].items():
+                ratio = s["ratios_dssda_to"].get(p)
+                writer.writerow(
+                    [
+                        s["scenario"],
+                        p,
+                        " ".join(map(str, s["seeds"])),
+                        *(f["time_to_target_s"][c] for c in columns),
+                        " ".join(map(str, f["not_reached_seeds"])),
+                        *(f["rounds_to_target"][c] for c in ("mean", "low", "high", "n")),
+                        f["mean_latency_s"]["mean"],
+                        f["mean_microbatches"]["mean"],
+                        f["energy_over_budget_max_worst_seed"],
+                        f["holds_budgets"],
+                        *((ratio[c] for c in columns) if ratio else [None] * len(columns)),
+                    ]
+                )
 
 
 def _fmt(x: float | None, spec: str = ".2f") -> str:
@@ -441,12 +628,19 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 
 def headline_table(report: dict[str, Any]) -> str:
-    """The readable summary: DSSDA against each baseline, then each policy's own figures."""
+    """The readable summary: per scenario of the first seed, DSSDA against each baseline, then each
+    policy's own figures; the V sweep and decision times if they ran; the figures over seeds."""
     lines = []
+    first = report["scenarios"][0]["seed"]
     for s in report["scenarios"]:
+        if s["seed"] != first:
+            continue
         figs, ratios = s["figures"], ratios_to_dssda(s["figures"])
+        noise = s["gradient_noise_scale"]
         lines.append(
-            f"== {s['scenario']}  (target eval loss {s['target_eval_loss']:.3f}, bench-scale training)"
+            f"== {s['scenario']} seed {s['seed']}  (target eval loss {s['target_eval_loss']:.3f},"
+            " bench-scale training; convergence term "
+            + (f"noise_scale, B_noise {noise:.2f})" if noise is not None else f"{s['convergence']})")
         )
         lines.append("DSSDA / baseline   round-latency  per-sample  to-target  efficiency")
         for p, r in ratios.items():
@@ -478,25 +672,33 @@ def headline_table(report: dict[str, Any]) -> str:
                 f"{p} {f['mean_blocks_moved']:.2f} ({100 * f['moves_latency_share']:.1f} %)"
                 for p, f in figs.items()
             )
-            + f"; dssda blind to moves {blind['mean_blocks_moved']:.2f}"
-            f" ({100 * blind['moves_latency_share']:.1f} %, latency {blind['mean_latency_s']:.1f} s,"
-            f" E/Ē_max {blind['energy_over_budget_max']:.2f})"
+            + (
+                f"; dssda blind to moves {blind['mean_blocks_moved']:.2f}"
+                f" ({100 * blind['moves_latency_share']:.1f} %, latency {blind['mean_latency_s']:.1f} s,"
+                f" E/Ē_max {blind['energy_over_budget_max']:.2f})"
+                if blind
+                else ""
+            )
         )
-    lines.append("== V sweep (DSSDA, paper-transformer)")
-    lines.append("       V  latency_s  penalty_s     M  mean_backlog_J  max_device_backlog_J  E/Ē_max")
-    for r in report["v_sweep"]:
-        lines.append(
-            f"  {r['V']:6g}  {r['mean_latency_s']:9.1f}  {r['mean_penalty_s']:9.1f}"
-            f"  {r['mean_microbatches']:4.1f}  {r['mean_backlog']:14.1f}"
-            f"  {r['max_device_backlog']:20.1f}  {r['energy_over_budget_max']:7.2f}"
-        )
-    lines.append("== DSSDA decision time (median ms; rows: blocks, columns: devices)")
+    if report["v_sweep"]:
+        lines.append(f"== V sweep (DSSDA, paper-transformer seed {first})")
+        lines.append("       V  latency_s  penalty_s     M  mean_backlog_J  max_device_backlog_J  E/Ē_max")
+        for r in report["v_sweep"]:
+            lines.append(
+                f"  {r['V']:6g}  {r['mean_latency_s']:9.1f}  {r['mean_penalty_s']:9.1f}"
+                f"  {r['mean_microbatches']:4.1f}  {r['mean_backlog']:14.1f}"
+                f"  {r['max_device_backlog']:20.1f}  {r['energy_over_budget_max']:7.2f}"
+            )
     dt = report["decision_time"]
-    devices = sorted({int(r["devices"]) for r in dt})
-    lines.append("  blocks " + "".join(f"{d:>9d}" for d in devices))
-    for b in sorted({int(r["blocks"]) for r in dt}):
-        row = {int(r["devices"]): r["median_ms"] for r in dt if int(r["blocks"]) == b}
-        lines.append(f"  {b:6d} " + "".join(f"{row[d]:9.1f}" for d in devices))
+    if dt:
+        lines.append("== DSSDA decision time (median ms; rows: blocks, columns: devices)")
+        devices = sorted({int(r["devices"]) for r in dt})
+        lines.append("  blocks " + "".join(f"{d:>9d}" for d in devices))
+        for b in sorted({int(r["blocks"]) for r in dt}):
+            row = {int(r["devices"]): r["median_ms"] for r in dt if int(r["blocks"]) == b}
+            lines.append(f"  {b:6d} " + "".join(f"{row[d]:9.1f}" for d in devices))
+    if len(report["over_seeds"][0]["seeds"]) > 1:
+        lines.append(seeds_table(report["over_seeds"], PAPER_CLAIMS["latency_reduction_pct"]))
     lines.append(
         f"paper: ≥ {PAPER_CLAIMS['latency_reduction_pct']}% lower latency, up to +"
         f"{PAPER_CLAIMS['efficiency_gain_pct']}% efficiency, device memory < 0.5 × fl"
@@ -521,7 +723,8 @@ def write_html(path: Path, report: dict[str, Any]) -> None:
     from plotly.subplots import make_subplots
 
     parts = []
-    for s in report["scenarios"]:
+    first = report["scenarios"][0]["seed"]
+    for s in (s for s in report["scenarios"] if s["seed"] == first):
         fig = make_subplots(
             rows=1, cols=3, subplot_titles=("round latency (s)", "eval loss (bench scale)", "efficiency")
         )
@@ -537,9 +740,33 @@ def write_html(path: Path, report: dict[str, Any]) -> None:
             row=1,
             col=3,
         )
-        fig.update_layout(title=f"{s['scenario']} (target eval loss {s['target_eval_loss']:.3f})", height=420)
+        fig.update_layout(
+            title=f"{s['scenario']} seed {s['seed']} (target eval loss {s['target_eval_loss']:.3f})",
+            height=420,
+        )
         parts.append(fig)
-    sweep = report["v_sweep"]
+    for a in report["over_seeds"] if len(report["over_seeds"][0]["seeds"]) > 1 else []:
+        times = {p: f["time_to_target_s"] for p, f in a["policies"].items()}
+        fig = go.Figure(
+            go.Bar(
+                x=list(times),
+                y=[t["mean"] for t in times.values()],
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [0.0 if t["high"] is None else t["high"] - t["mean"] for t in times.values()],
+                    "arrayminus": [0.0 if t["low"] is None else t["mean"] - t["low"] for t in times.values()],
+                },
+                text=["≥ (lower bound)" if t["lower_bound"] else "" for t in times.values()],
+            )
+        )
+        fig.update_layout(
+            title=f"{a['scenario']}: mean time to target over seeds {a['seeds']} (Student-t 95 % intervals)",
+            yaxis_title="seconds",
+            height=420,
+        )
+        parts.append(fig)
+    sweep = report["v_sweep"] or []
     fig = go.Figure()
     for key, label in (("mean_latency_s", "latency T"), ("mean_penalty_s", "penalty T + λ·G")):
         fig.add_trace(
@@ -559,7 +786,8 @@ def write_html(path: Path, report: dict[str, Any]) -> None:
         yaxis_title="seconds",
         height=420,
     )
-    parts.append(fig)
+    if sweep:
+        parts.append(fig)
     html = [
         "<html><head><meta charset='utf-8'><title>CollaPipe paper comparison</title></head><body>",
         "<h1>CollaPipe: DSSDA against the baselines</h1>",
@@ -573,6 +801,18 @@ def write_html(path: Path, report: dict[str, Any]) -> None:
     path.write_text("\n".join(html), encoding="utf-8")
 
 
+def _seeds(text: str) -> tuple[int | None, ...]:
+    if not text:
+        return (None,)
+    try:
+        seeds = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give integers, e.g. 1,2,3,4,5") from None
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give distinct non-negative integers")
+    return seeds
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         prog="collapipe bench paper", description=(__doc__ or "").splitlines()[0]
@@ -580,6 +820,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=60, help="analytic rounds per policy and per V")
     parser.add_argument(
         "--train-rounds", type=int, default=10, help="rounds uniform trains to set the target"
+    )
+    parser.add_argument(
+        "--max-train-rounds",
+        type=int,
+        default=None,
+        help="rounds the other trajectories train at most to reach the target (default: 2 × --train-rounds,"
+        " at most --rounds)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=_seeds,
+        default=(None,),
+        help="comma-separated config seeds (channel trace, data split, initial weights); default: the"
+        " scenarios' own",
+    )
+    parser.add_argument(
+        "--convergence",
+        choices=("noise_scale", "variance"),
+        default="noise_scale",
+        help="DSSDA's convergence term: noise_scale with B_noise calibrated on the bench-scale copy per"
+        " scenario and seed (default), or variance with the scenario's σ²",
+    )
+    parser.add_argument(
+        "--skip-extras",
+        action="store_true",
+        help="skip the V sweep, DSSDA blind to moves and the decision-time grid (run for the first seed)",
     )
     parser.add_argument("--workers", type=int, default=2, help="processes for the policies and the training")
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
@@ -592,23 +858,43 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.train_rounds > args.rounds:
         parser.error(f"--train-rounds ({args.train_rounds}) must not exceed --rounds ({args.rounds})")
+    cap = min(2 * args.train_rounds, args.rounds) if args.max_train_rounds is None else args.max_train_rounds
+    if not args.train_rounds <= cap <= args.rounds:
+        parser.error(
+            f"--max-train-rounds ({cap}) must lie between --train-rounds ({args.train_rounds}) and --rounds"
+            f" ({args.rounds}): time to target adds the modeled latencies of the trained rounds"
+        )
     started = time.perf_counter()
-    scenarios, sweep = compare(args.rounds, args.train_rounds, args.workers)
+    plan = Plan(args.rounds, args.train_rounds, cap, args.seeds, args.convergence, not args.skip_extras)
+    scenarios, sweep = compare(plan, args.workers)
+    over_seeds = aggregate(scenarios)
     report: dict[str, Any] = {
         "scenarios": scenarios,
         "v_sweep": sweep,
-        "decision_time": decision_times(
-            tuple(int(d) for d in args.decision_devices.split(",")), (6, 12, 24, 48), repeats=5
+        "over_seeds": over_seeds,
+        "decision_time": (
+            []
+            if args.skip_extras
+            else decision_times(
+                tuple(int(d) for d in args.decision_devices.split(",")), (6, 12, 24, 48), repeats=5
+            )
         ),
     }
+    first = scenarios[0]["seed"]
     report["summary"] = {
         "paper_claims": PAPER_CLAIMS,
         "scales": {
             "modeled": "the examples' own model sizes",
             "training": {**TRAINING_SCALE, "training.lr": TRAINING_LR},
         },
+        "plan": {
+            **plan._asdict(),
+            "seeds": [s["seed"] for s in scenarios if s["scenario"] == "paper-transformer"],
+        },
         "ours": {
             s["scenario"]: {
+                "seed": s["seed"],
+                "gradient_noise_scale": s["gradient_noise_scale"],
                 "target_eval_loss": s["target_eval_loss"],
                 "ratios_dssda_to": ratios_to_dssda(s["figures"]),
                 "memory_ratio_dssda_to_fl": s["figures"]["dssda"]["memory_ratio_to_fl"],
@@ -617,15 +903,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "time_to_target_s": {p: f["time_to_target_s"] for p, f in s["figures"].items()},
             }
             for s in scenarios
+            if s["seed"] == first
         },
+        "per_seed": [
+            {
+                "scenario": s["scenario"],
+                "seed": s["seed"],
+                "calibration": s["calibration"],
+                "target_eval_loss": s["target_eval_loss"],
+                "figures": s["figures"],
+            }
+            for s in scenarios
+        ],
+        "over_seeds": over_seeds,
         "v_sweep": sweep,
         "decision_time": report["decision_time"],
         "wall_time_s": time.perf_counter() - started,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "paper.csv", scenarios)
+    write_seeds_csv(args.out / "paper-seeds.csv", over_seeds)
     write_html(args.out / "paper.html", report)
     (args.out / "paper.json").write_text(json.dumps(report["summary"], indent=2, default=float))
+    decisions = [
+        {k: s[k] for k in ("scenario", "seed", "eval_loss", "training_noise_scale", "decision_log")}
+        for s in scenarios
+    ]
+    (args.out / "paper-decisions.json").write_text(json.dumps(decisions, default=float))
     table = headline_table(report)
     if args.json:
         print(table, file=sys.stderr)
