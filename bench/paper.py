@@ -377,13 +377,13 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
     try:
         noise: dict[tuple[int | None, str], dict[str, Any] | None] = dict.fromkeys(cases)
         if plan.convergence == "noise_scale":
-            found = _starmap(pool, [("calibrate", SCENARIOS[s], seed) for seed, s in cases])
-            noise = dict(zip(cases, found, strict=True))
+            calibrations = _starmap(pool, [("calibrate", SCENARIOS[s], seed) for seed, s in cases])
+            noise = dict(zip(cases, calibrations, strict=True))
             _progress(
                 "calibrated B_noise: "
                 + ", ".join(
                     f"{s} seed {'(own)' if seed is None else seed}: {c['gradient_noise_scale']:.3g}"
-                    for (seed, s), c in noise.items()
+                    for (seed, s), c in zip(cases, calibrations, strict=True)
                 )
             )
 
@@ -398,7 +398,7 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
             for p in POLICIES
         ]
         first = plan.seeds[0]
-        extra_calls = []
+        extra_calls: list[tuple[Any, ...]] = []
         if plan.extras:
             extra_calls += [
                 ("sweep", SCENARIOS["transformer"], v, plan.rounds, overrides((first, "transformer")))
