@@ -4,10 +4,11 @@ For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparis
 ``--seeds`` (the config's top-level seed: channel trace, data split, initial weights; default the
 scenarios' own):
 
-0. with ``--convergence noise_scale`` (the default) DSSDA's convergence term is V·T·(1 + B_noise/(b·ΣM))
-   with B_noise measured on the bench-scale copy below (:func:`collapipe_core.calibration.calibrate`:
-   its data, b and I, uniform at M = 4 for 5 rounds) for that scenario and seed; ``variance`` keeps
-   the scenario's σ² term;
+0. the bench-scale copy of step 2 trains ``uniform`` (its fixed M) for ``--train-rounds``: its eval loss
+   then is the seed's target, and with ``--convergence noise_scale`` (the default) its final smoothed
+   gradient noise scale (:func:`measured_noise_scale`) is the B_noise of DSSDA's and myopic's
+   convergence term V·T·(1 + B_noise/(b·ΣM)) in that scenario and seed; ``variance`` keeps the
+   scenario's σ² term;
 1. modeled figures, at the scenario's own model size, over ``--rounds`` analytic rounds per policy:
    mean round latency, latency per trained sample (policies train different numbers of micro-batches
    per round), computation efficiency = Σ device compute time / (devices × round latency), peak device
@@ -18,8 +19,8 @@ scenarios' own):
    copy (``TRAINING_SCALE``, ``TRAINING_LR``: same data, blocks, micro-batch size, local iterations
    and optimizer, smaller widths) replays each policy's micro-batch counts M per round and cluster,
    the only part of a decision that changes the gradient (segments, bandwidth and power do not).
-   The target is the eval loss ``uniform`` reaches after ``--train-rounds``; every other trajectory
-   trains until its own eval loss reaches it or for ``--max-train-rounds`` (default 2 ×
+   The target is the eval loss ``uniform`` reaches after ``--train-rounds`` (step 0); every other
+   trajectory trains until its own eval loss reaches it or for ``--max-train-rounds`` (default 2 ×
    ``--train-rounds``). A policy's time to target is the sum of its modeled (full-size) round
    latencies until then. Policies with the same M sequence share one training run;
 3. over the seeds (more than one): per policy the mean time to target with its Student-t 95 % interval,
@@ -125,23 +126,13 @@ def training_config(path: Path, seed: int | None = None) -> ExperimentConfig:
 
 def modeled_overrides(seed: int | None, convergence: str, noise_scale: float | None) -> dict[str, Any]:
     """Config overrides of the analytic (full-size) runs: the seed (channel trace) and the convergence
-    term, with the calibrated B_noise for ``noise_scale``."""
+    term, with the B_noise measured in uniform's training (:func:`measured_noise_scale`) for
+    ``noise_scale``."""
     out: dict[str, Any] = {} if seed is None else {"seed": seed}
     out["scheduler.convergence"] = convergence
     if convergence == "noise_scale":
         out["scheduler.gradient_noise_scale"] = noise_scale
     return out
-
-
-def calibrate_task(path: Path, seed: int | None) -> dict[str, float | int]:
-    """B_noise measured on the bench-scale copy (the data, b and I the time-to-target training uses):
-    :func:`collapipe_core.calibration.calibrate`, its default rounds and M."""
-    import torch
-
-    from collapipe_core.calibration import calibrate
-
-    torch.set_num_threads(1)
-    return dataclasses.asdict(calibrate(training_config(path, seed)))
 
 
 def run_policy(config: ExperimentConfig, policy: str, rounds: int, executor: str) -> list[RoundResult]:
@@ -293,21 +284,28 @@ class ReplayMicrobatches:
 
 def train_task(
     path: Path,
-    microbatches: list[list[int]],
+    microbatches: list[list[int]] | None,
     max_rounds: int,
     target: float | None,
     seed: int | None = None,
-) -> dict[str, list[float | None]]:
-    """Eval loss per round of the bench-scale copy replaying ``microbatches``, and the B_noise it
-    measured (averaged up to each round); stops at ``target``."""
+) -> dict[str, list[Any]]:
+    """Per round of the bench-scale copy: eval loss, the B_noise it measured (smoothed up to that round)
+    and the M per cluster it trained. It replays ``microbatches``, or with None runs ``uniform`` itself
+    (its fixed M: the run that sets the target and measures B_noise); stops at ``target``."""
     import torch
 
     torch.set_num_threads(1)
     config = training_config(path, seed)
-    config = config.model_copy(update={"training": config.training.model_copy(update={"rounds": max_rounds})})
+    config = config.model_copy(
+        update={
+            "training": config.training.model_copy(update={"rounds": max_rounds}),
+            "scheduler": config.scheduler.model_copy(update={"policy": "uniform"}),
+        }
+    )
     sink = MemorySink()
     runner = Runner(config, sink)
-    runner.policy = ReplayMicrobatches(microbatches)
+    if microbatches is not None:
+        runner.policy = ReplayMicrobatches(microbatches)
 
     def reached() -> bool:
         loss = sink.results[-1].round.eval_loss
@@ -319,7 +317,23 @@ def train_task(
             float(r.round.eval_loss if r.round.eval_loss is not None else float("nan")) for r in sink.results
         ],
         "gradient_noise_scale": [r.round.gradient_noise_scale for r in sink.results],
+        "microbatches": [list(r.round.num_microbatches) for r in sink.results],
     }
+
+
+def measured_noise_scale(per_round: Sequence[float | None], scenario: str, seed: int | None) -> float:
+    """B_noise of a training run (``per_round``: its smoothed estimate after each round): the final one,
+    the ratio of the exponential moving averages of tr(Σ) and |G|² over all the run's rounds
+    (:class:`collapipe_core.gradient_noise.NoiseScaleAverage`; over 10 rounds the rounds' estimates
+    weigh 0.06 for the first to 0.15 for the last). Not the mean of ``per_round``: each of its values
+    repeats the earlier rounds, so it weighs them 0.26 for the first to 0.015 for the last."""
+    if not per_round or per_round[-1] is None:
+        raise ValueError(
+            f"{scenario} seed {'(own)' if seed is None else seed}: uniform's {len(per_round)} training rounds"
+            " did not resolve the gradient from its noise (averaged |G|² not positive), so they measure no"
+            " B_noise: train uniform for more rounds (--train-rounds), or use --convergence variance"
+        )
+    return float(per_round[-1])
 
 
 # -- the comparison ---------------------------------------------------------------------------------
@@ -344,7 +358,6 @@ def run_task(name: str, *args: Any) -> Any:
         "sweep": v_sweep_task,
         "blind": blind_task,
         "train": train_task,
-        "calibrate": calibrate_task,
     }
     return tasks[name](*args)
 
@@ -366,8 +379,10 @@ class Plan(NamedTuple):  # not a dataclass: `collapipe bench paper` loads this f
 
 
 def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[str, float]] | None]:
-    """Every scenario in every seed: calibration, the modeled policies, the bench-scale training to the
-    target. Returns one entry per (seed, scenario), seed-major, and the V sweep (first seed) or None."""
+    """Every scenario in every seed, in this order: uniform's bench-scale training (the target and, for
+    ``noise_scale``, B_noise), the modeled policies with that B_noise, the bench-scale training of the
+    other M trajectories to the target. Returns one entry per (seed, scenario), seed-major, and the V
+    sweep (first seed) or None."""
     _importable()
     cap = plan.max_train_rounds
     ctx = multiprocessing.get_context("fork")
@@ -375,22 +390,31 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
     names = list(SCENARIOS)
     cases = [(seed, s) for seed in plan.seeds for s in names]  # seed-major: the first seed's come first
     try:
-        noise: dict[tuple[int | None, str], dict[str, Any] | None] = dict.fromkeys(cases)
+        # uniform's M does not depend on B_noise: its training comes first and measures it
+        uniform_runs = _starmap(
+            pool, [("train", SCENARIOS[s], None, plan.train_rounds, None, seed) for seed, s in cases]
+        )
+        trained_uniform = dict(zip(cases, uniform_runs, strict=True))
+        targets = {case: run["eval_loss"][-1] for case, run in trained_uniform.items()}
+        noise: dict[tuple[int | None, str], float | None] = dict.fromkeys(cases)
         if plan.convergence == "noise_scale":
-            calibrations = _starmap(pool, [("calibrate", SCENARIOS[s], seed) for seed, s in cases])
-            noise = dict(zip(cases, calibrations, strict=True))
-            _progress(
-                "calibrated B_noise: "
-                + ", ".join(
-                    f"{s} seed {'(own)' if seed is None else seed}: {c['gradient_noise_scale']:.3g}"
-                    for (seed, s), c in zip(cases, calibrations, strict=True)
+            noise = {
+                (seed, s): measured_noise_scale(
+                    trained_uniform[(seed, s)]["gradient_noise_scale"], SCENARIOS[s].stem, seed
                 )
+                for seed, s in cases
+            }
+        _progress(
+            f"trained uniform for {plan.train_rounds} rounds: target eval loss, B_noise "
+            + ", ".join(
+                f"{s} seed {'(own)' if seed is None else seed}: {targets[(seed, s)]:.4g}, "
+                + ("—" if noise[(seed, s)] is None else f"{noise[(seed, s)]:.3g}")
+                for seed, s in cases
             )
+        )
 
         def overrides(case: tuple[int | None, str]) -> dict[str, Any]:
-            found = noise[case]
-            value = None if found is None else found["gradient_noise_scale"]
-            return modeled_overrides(case[0], plan.convergence, value)
+            return modeled_overrides(case[0], plan.convergence, noise[case])
 
         calls = [
             ("analytic", SCENARIOS[s], p, plan.rounds, overrides((seed, s)))
@@ -413,32 +437,15 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
         }
         sweep = done[len(calls) : len(calls) + len(V_VALUES)] if plan.extras else None
         blind = dict(zip(names, done[len(calls) + len(V_VALUES) :], strict=True)) if plan.extras else {}
-        # training: one run per distinct M trajectory; the uniform group first, it sets the target
+        # training: one run per distinct M trajectory; uniform's group shares uniform's run
         groups: dict[tuple[int | None, str], dict[tuple[tuple[int, ...], ...], list[str]]] = {}
         for case in cases:
             groups[case] = {}
             for p in POLICIES:
                 key = tuple(tuple(m) for m in analytic[case][p]["microbatches"][:cap])
                 groups[case].setdefault(key, []).append(p)
-        uniform_runs = _starmap(
-            pool,
-            [
-                (
-                    "train",
-                    SCENARIOS[s],
-                    analytic[(seed, s)]["uniform"]["microbatches"],
-                    plan.train_rounds,
-                    None,
-                    seed,
-                )
-                for seed, s in cases
-            ],
-        )
-        trained_uniform = dict(zip(cases, uniform_runs, strict=True))
-        targets = {case: run["eval_loss"][-1] for case, run in trained_uniform.items()}
-        _progress(
-            f"trained uniform for {plan.train_rounds} rounds: target eval losses {list(targets.values())}"
-        )
+            modeled = analytic[case]["uniform"]["microbatches"][: plan.train_rounds]
+            assert trained_uniform[case]["microbatches"] == modeled, "uniform's M is fixed at both scales"
         rest = [
             (case, key) for case in cases for key, members in groups[case].items() if "uniform" not in members
         ]
@@ -477,14 +484,12 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
             f["trained_rounds"] = len(losses[p])
             f["elapsed_trained_s"] = sum(latencies)  # a lower bound of the time to target if not reached
             f["final_eval_loss"] = losses[p][-1]
-        calibration = noise[case]
         runs.append(
             {
                 "scenario": SCENARIOS[s].stem,
                 "seed": config.seed,
                 "convergence": plan.convergence,
-                "gradient_noise_scale": None if calibration is None else calibration["gradient_noise_scale"],
-                "calibration": calibration,
+                "gradient_noise_scale": noise[case],
                 "target_eval_loss": targets[case],
                 "dssda_blind_to_moves": blind.get(s) if seed == first else None,
                 "training_groups": list(groups[case].values()),
@@ -575,8 +580,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--convergence",
         choices=("noise_scale", "variance"),
         default="noise_scale",
-        help="DSSDA's convergence term: noise_scale with B_noise calibrated on the bench-scale copy per"
-        " scenario and seed (default), or variance with the scenario's σ²",
+        help="DSSDA's convergence term: noise_scale with B_noise measured in uniform's bench-scale training"
+        " to the target, per scenario and seed (default), or variance with the scenario's σ²",
     )
     parser.add_argument(
         "--skip-extras",
@@ -645,7 +650,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             {
                 "scenario": s["scenario"],
                 "seed": s["seed"],
-                "calibration": s["calibration"],
+                "gradient_noise_scale": s["gradient_noise_scale"],
                 "target_eval_loss": s["target_eval_loss"],
                 "figures": s["figures"],
             }
