@@ -4,7 +4,8 @@ For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparis
 ``--seeds`` (the config's top-level seed: channel trace, data split, initial weights; default the
 scenarios' own):
 
-0. the bench-scale copy of step 2 trains ``uniform`` (its fixed M) for ``--train-rounds``: its eval loss
+0. the bench-scale copy of step 2 trains ``uniform`` (its fixed M) for ``--train-rounds`` (default: the
+   scenario's own, ``TRAINING``): its eval loss
    then is the seed's target, and with ``--convergence noise_scale`` (the default) its final smoothed
    gradient noise scale (:func:`measured_noise_scale`) is the B_noise of DSSDA's and myopic's
    convergence term V·T·(1 + B_noise/(b·ΣM)) in that scenario and seed; ``variance`` keeps the
@@ -16,12 +17,13 @@ scenarios' own):
    energy per device against its budget Ē_k;
 2. end-to-end latency to a target eval loss with real training (simulated executor). Training at the
    scenario's size (Transformer-big / BERT-base widths) is too slow for a CPU bench, so a bench-scale
-   copy (``TRAINING_SCALE``, ``TRAINING_LR``: same data, blocks, micro-batch size, local iterations
-   and optimizer, smaller widths) replays each policy's micro-batch counts M per round and cluster,
-   the only part of a decision that changes the gradient (segments, bandwidth and power do not).
-   The target is the eval loss ``uniform`` reaches after ``--train-rounds`` (step 0); every other
-   trajectory trains until its own eval loss reaches it or for ``--max-train-rounds`` (default 2 ×
-   ``--train-rounds``). A policy's time to target is the sum of its modeled (full-size) round
+   copy (``TRAINING_SCALE``; per scenario ``TRAINING``: learning rate, held-out samples, uniform's
+   training rounds; same data, blocks, micro-batch size, local iterations and optimizer, smaller
+   widths) replays each policy's micro-batch counts M per round and cluster, the only part of a
+   decision that changes the gradient (segments, bandwidth and power do not). The target is the eval
+   loss ``uniform`` reaches after its training rounds (step 0); every other trajectory trains until its
+   own eval loss reaches it or for ``--max-train-rounds`` (default 2 × the training rounds, at most
+   ``--rounds``). A policy's time to target is the sum of its modeled (full-size) round
    latencies until then. Policies with the same M sequence share one training run;
 3. over the seeds (more than one): per policy the mean time to target with its Student-t 95 % interval,
    whether it holds the energy budgets, DSSDA's paired ratios (``bench/paper_seeds.py``);
@@ -90,15 +92,24 @@ SCENARIOS = {
     "bert": ROOT / "examples" / "paper-bert.yaml",
 }
 POLICIES = ("dssda", "uniform", "proportional", "random", "fl", "split", "myopic")
-TRAINING_SCALE: dict[str, Any] = {
-    "model.d_model": 64,
-    "model.num_heads": 4,
-    "model.ffn_dim": 256,
-    "data.eval_samples": 128,
-}
-TRAINING_LR = {  # AdamW at width 64, chosen so each copy's eval loss falls within ~10 rounds
-    "paper-transformer": 0.005,  # (BERT at 0.005 or 0.01 stalls near chance, ln 8 ≈ 2.08)
-    "paper-bert": 0.002,
+TRAINING_SCALE: dict[str, Any] = {"model.d_model": 64, "model.num_heads": 4, "model.ffn_dim": 256}
+
+
+class TrainingSettings(NamedTuple):
+    """The bench-scale choices of one scenario's copy (the full-size scenario the latencies are modeled on
+    keeps its own): AdamW's learning rate, the held-out samples of each evaluation, and the rounds
+    ``uniform`` trains to set the target (``--train-rounds`` overrides them for every scenario)."""
+
+    lr: float
+    eval_samples: int
+    train_rounds: int
+
+
+TRAINING = {  # uniform's bench-scale training in seeds 1-5 (docs/paper-comparison.md has the curves)
+    # lr 0.005: eval loss 3.42-3.47 after round 1, 3.06-3.11 after 10 (the target), falling ~0.01 a round
+    "paper-transformer": TrainingSettings(lr=0.005, eval_samples=128, train_rounds=10),
+    # lr 0.001 (best of 0.0003-0.003): 1.76-1.90 after 25 rounds, chance 2.08; 512 held out: SE 0.02-0.03
+    "paper-bert": TrainingSettings(lr=0.001, eval_samples=512, train_rounds=25),
 }
 TRAINING_DECODER_LAYERS = 1  # seq2seq copies keep one decoder layer (the edge server's part)
 V_VALUES = (1.0, 10.0, 100.0, 1000.0, 10000.0)
@@ -114,9 +125,11 @@ def training_config(path: Path, seed: int | None = None) -> ExperimentConfig:
     ``seed`` (default: the scenario's) draws its data split and initial weights."""
     full = scenario_config(path)
     layers = min(full.model.num_decoder_layers, TRAINING_DECODER_LAYERS)
+    settings = TRAINING[path.stem]
     overrides = {
         **TRAINING_SCALE,
-        "training.lr": TRAINING_LR[path.stem],
+        "training.lr": settings.lr,
+        "data.eval_samples": settings.eval_samples,
         "model.num_decoder_layers": layers,
         "executor": "simulated",
         **({} if seed is None else {"seed": seed}),
@@ -368,14 +381,27 @@ def _starmap(pool: Any, calls: list[tuple[Any, ...]]) -> list[Any]:
 
 class Plan(NamedTuple):  # not a dataclass: `collapipe bench paper` loads this file outside sys.modules
     """What one ``compare`` runs: ``seeds`` (None: each scenario's own), the convergence term of the
-    modeled runs, the training cap, and whether the first seed also runs the V sweep and the blind row."""
+    modeled runs, uniform's training rounds and the cap of the others' (None: each scenario's own,
+    :meth:`train_rounds_of`, :meth:`max_train_rounds_of`), and whether the first seed also runs the V
+    sweep and the blind row."""
 
     rounds: int
-    train_rounds: int
-    max_train_rounds: int
+    train_rounds: int | None = None
+    max_train_rounds: int | None = None
     seeds: tuple[int | None, ...] = (None,)
     convergence: str = "noise_scale"
     extras: bool = True
+
+    def train_rounds_of(self, scenario: str) -> int:
+        """The rounds uniform trains to set ``scenario``'s target: the plan's, or the scenario's own."""
+        return TRAINING[scenario].train_rounds if self.train_rounds is None else self.train_rounds
+
+    def max_train_rounds_of(self, scenario: str) -> int:
+        """The rounds the other trajectories train at most: the plan's, or 2 × the scenario's training
+        rounds, at most ``rounds``."""
+        if self.max_train_rounds is not None:
+            return self.max_train_rounds
+        return min(2 * self.train_rounds_of(scenario), self.rounds)
 
 
 def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[str, float]] | None]:
@@ -384,7 +410,6 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
     other M trajectories to the target. Returns one entry per (seed, scenario), seed-major, and the V
     sweep (first seed) or None."""
     _importable()
-    cap = plan.max_train_rounds
     ctx = multiprocessing.get_context("fork")
     pool = ctx.Pool(workers) if workers > 1 else None
     names = list(SCENARIOS)
@@ -392,7 +417,11 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
     try:
         # uniform's M does not depend on B_noise: its training comes first and measures it
         uniform_runs = _starmap(
-            pool, [("train", SCENARIOS[s], None, plan.train_rounds, None, seed) for seed, s in cases]
+            pool,
+            [
+                ("train", SCENARIOS[s], None, plan.train_rounds_of(SCENARIOS[s].stem), None, seed)
+                for seed, s in cases
+            ],
         )
         trained_uniform = dict(zip(cases, uniform_runs, strict=True))
         targets = {case: run["eval_loss"][-1] for case, run in trained_uniform.items()}
@@ -405,9 +434,10 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
                 for seed, s in cases
             }
         _progress(
-            f"trained uniform for {plan.train_rounds} rounds: target eval loss, B_noise "
+            "trained uniform: rounds, target eval loss, B_noise "
             + ", ".join(
-                f"{s} seed {'(own)' if seed is None else seed}: {targets[(seed, s)]:.4g}, "
+                f"{s} seed {'(own)' if seed is None else seed}: {plan.train_rounds_of(SCENARIOS[s].stem)},"
+                f" {targets[(seed, s)]:.4g}, "
                 + ("—" if noise[(seed, s)] is None else f"{noise[(seed, s)]:.3g}")
                 for seed, s in cases
             )
@@ -440,11 +470,14 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
         # training: one run per distinct M trajectory; uniform's group shares uniform's run
         groups: dict[tuple[int | None, str], dict[tuple[tuple[int, ...], ...], list[str]]] = {}
         for case in cases:
+            stem = SCENARIOS[case[1]].stem
             groups[case] = {}
             for p in POLICIES:
-                key = tuple(tuple(m) for m in analytic[case][p]["microbatches"][:cap])
+                key = tuple(
+                    tuple(m) for m in analytic[case][p]["microbatches"][: plan.max_train_rounds_of(stem)]
+                )
                 groups[case].setdefault(key, []).append(p)
-            modeled = analytic[case]["uniform"]["microbatches"][: plan.train_rounds]
+            modeled = analytic[case]["uniform"]["microbatches"][: plan.train_rounds_of(stem)]
             assert trained_uniform[case]["microbatches"] == modeled, "uniform's M is fixed at both scales"
         rest = [
             (case, key) for case in cases for key, members in groups[case].items() if "uniform" not in members
@@ -452,7 +485,14 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
         trained_rest = _starmap(
             pool,
             [
-                ("train", SCENARIOS[s], [list(m) for m in key], cap, targets[(seed, s)], seed)
+                (
+                    "train",
+                    SCENARIOS[s],
+                    [list(m) for m in key],
+                    plan.max_train_rounds_of(SCENARIOS[s].stem),
+                    targets[(seed, s)],
+                    seed,
+                )
                 for (seed, s), key in rest
             ],
         )
@@ -489,6 +529,8 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
                 "scenario": SCENARIOS[s].stem,
                 "seed": config.seed,
                 "convergence": plan.convergence,
+                "train_rounds": plan.train_rounds_of(SCENARIOS[s].stem),
+                "max_train_rounds": plan.max_train_rounds_of(SCENARIOS[s].stem),
                 "gradient_noise_scale": noise[case],
                 "target_eval_loss": targets[case],
                 "dssda_blind_to_moves": blind.get(s) if seed == first else None,
@@ -560,14 +602,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--rounds", type=int, default=60, help="analytic rounds per policy and per V")
     parser.add_argument(
-        "--train-rounds", type=int, default=10, help="rounds uniform trains to set the target"
+        "--train-rounds",
+        type=int,
+        default=None,
+        help="rounds uniform trains to set the target, in every scenario (default: each scenario's own, "
+        + ", ".join(f"{name} {t.train_rounds}" for name, t in TRAINING.items())
+        + ")",
     )
     parser.add_argument(
         "--max-train-rounds",
         type=int,
         default=None,
-        help="rounds the other trajectories train at most to reach the target (default: 2 × --train-rounds,"
-        " at most --rounds)",
+        help="rounds the other trajectories train at most to reach the target (default: 2 × the scenario's"
+        " --train-rounds, at most --rounds)",
     )
     parser.add_argument(
         "--seeds",
@@ -597,16 +644,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="device counts of the decision-time grid (comma-separated)",
     )
     args = parser.parse_args(argv)
-    if args.train_rounds > args.rounds:
-        parser.error(f"--train-rounds ({args.train_rounds}) must not exceed --rounds ({args.rounds})")
-    cap = min(2 * args.train_rounds, args.rounds) if args.max_train_rounds is None else args.max_train_rounds
-    if not args.train_rounds <= cap <= args.rounds:
-        parser.error(
-            f"--max-train-rounds ({cap}) must lie between --train-rounds ({args.train_rounds}) and --rounds"
-            f" ({args.rounds}): time to target adds the modeled latencies of the trained rounds"
-        )
+    plan = Plan(
+        args.rounds,
+        args.train_rounds,
+        args.max_train_rounds,
+        args.seeds,
+        args.convergence,
+        not args.skip_extras,
+    )
+    for name in TRAINING:
+        train_rounds, cap = plan.train_rounds_of(name), plan.max_train_rounds_of(name)
+        if train_rounds > args.rounds:
+            parser.error(
+                f"{name}: uniform trains {train_rounds} rounds (--train-rounds) but --rounds is"
+                f" {args.rounds}; raise --rounds or lower --train-rounds"
+            )
+        if not train_rounds <= cap <= args.rounds:
+            parser.error(
+                f"{name}: --max-train-rounds ({cap}) must lie between the rounds uniform trains"
+                f" ({train_rounds}, --train-rounds) and --rounds ({args.rounds}): time to target adds the"
+                " modeled latencies of the trained rounds"
+            )
     started = time.perf_counter()
-    plan = Plan(args.rounds, args.train_rounds, cap, args.seeds, args.convergence, not args.skip_extras)
     scenarios, sweep = compare(plan, args.workers)
     over_seeds = aggregate(scenarios)
     report: dict[str, Any] = {
@@ -626,10 +685,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "paper_claims": PAPER_CLAIMS,
         "scales": {
             "modeled": "the examples' own model sizes",
-            "training": {**TRAINING_SCALE, "training.lr": TRAINING_LR},
+            "training": {
+                **TRAINING_SCALE,
+                "per_scenario": {name: t._asdict() for name, t in TRAINING.items()},
+            },
         },
         "plan": {
             **plan._asdict(),
+            "train_rounds": {name: plan.train_rounds_of(name) for name in TRAINING},
+            "max_train_rounds": {name: plan.max_train_rounds_of(name) for name in TRAINING},
             "seeds": [s["seed"] for s in scenarios if s["scenario"] == "paper-transformer"],
         },
         "ours": {

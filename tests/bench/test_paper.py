@@ -148,3 +148,55 @@ def test_the_variance_term_takes_no_b_noise_even_when_uniforms_training_resolved
     assert all(r["gradient_noise_scale"] is None for r in runs)
     with pytest.raises(ValueError, match="did not resolve the gradient"):
         paper.compare(PLAN, workers=1)
+
+
+def test_without_train_rounds_each_scenario_trains_uniform_its_own_and_caps_the_others_at_twice_that(
+    stand_ins: StandIns, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        paper,
+        "TRAINING",
+        {
+            "paper-transformer": paper.TrainingSettings(lr=0.005, eval_samples=128, train_rounds=2),
+            "paper-bert": paper.TrainingSettings(lr=0.001, eval_samples=512, train_rounds=3),
+        },
+    )
+    runs, _ = paper.compare(paper.Plan(rounds=8, seeds=(1,), extras=False), workers=1)
+    trains = [c for c in stand_ins.calls if c[0] == "train"]
+    assert {(c[1], c[3]["max_rounds"]) for c in trains if c[2] is None} == {
+        ("paper-transformer", 2),
+        ("paper-bert", 3),
+    }
+    assert {(c[1], c[3]["max_rounds"]) for c in trains if c[2] is not None} == {
+        ("paper-transformer", 4),
+        ("paper-bert", 6),
+    }
+    assert {r["scenario"]: r["target_eval_loss"] for r in runs} == {
+        "paper-transformer": UNIFORM_LOSSES[1],
+        "paper-bert": UNIFORM_LOSSES[2],
+    }
+
+
+def test_the_copy_takes_its_scenarios_training_settings_and_the_modeled_scenario_keeps_its_own() -> None:
+    for path in paper.SCENARIOS.values():
+        settings = paper.TRAINING[path.stem]
+        copy, full = paper.training_config(path, seed=3), paper.scenario_config(path)
+        assert (copy.training.lr, copy.data.eval_samples, copy.seed) == (
+            settings.lr,
+            settings.eval_samples,
+            3,
+        )
+        assert copy.model.d_model == paper.TRAINING_SCALE["model.d_model"] < full.model.d_model
+        assert (copy.data.dataset, copy.training.microbatch_size) == (
+            full.data.dataset,
+            full.training.microbatch_size,
+        )
+
+
+def test_a_scenario_whose_training_rounds_exceed_the_modeled_rounds_is_refused_with_what_to_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rounds = max(t.train_rounds for t in paper.TRAINING.values()) - 1
+    with pytest.raises(SystemExit):
+        paper.main(["--rounds", str(rounds)])
+    assert "raise --rounds or lower --train-rounds" in capsys.readouterr().err
