@@ -1,7 +1,15 @@
 """The paper's headline comparison: DSSDA against every baseline on the same seeded trace.
 
-For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparison.md):
+For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparison.md), in each seed of
+``--seeds`` (the config's top-level seed: channel trace, data split, initial weights; default the
+scenarios' own):
 
+0. the bench-scale copy of step 2 trains ``uniform`` (its fixed M) for ``--train-rounds`` (default: the
+   scenario's own, ``TRAINING``): its eval loss
+   then is the seed's target, and with ``--convergence noise_scale`` (the default) its final smoothed
+   gradient noise scale (:func:`measured_noise_scale`) is the B_noise of DSSDA's and myopic's
+   convergence term V·T·(1 + B_noise/(b·ΣM)) in that scenario and seed; ``variance`` keeps the
+   scenario's σ² term;
 1. modeled figures, at the scenario's own model size, over ``--rounds`` analytic rounds per policy:
    mean round latency, latency per trained sample (policies train different numbers of micro-batches
    per round), computation efficiency = Σ device compute time / (devices × round latency), peak device
@@ -9,32 +17,38 @@ For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparis
    energy per device against its budget Ē_k;
 2. end-to-end latency to a target eval loss with real training (simulated executor). Training at the
    scenario's size (Transformer-big / BERT-base widths) is too slow for a CPU bench, so a bench-scale
-   copy (``TRAINING_SCALE``, ``TRAINING_LR``: same data, blocks, micro-batch size, local iterations
-   and optimizer, smaller widths) replays each policy's micro-batch counts M per round and cluster,
-   the only part of a decision that changes the gradient (segments, bandwidth and power do not).
-   The target is the eval loss ``uniform`` reaches after ``--train-rounds``; every other trajectory
-   trains until its own eval loss reaches it or for 2 × ``--train-rounds``. A policy's time to target
-   is the sum of its modeled (full-size) round latencies until then. Policies with the same M
-   sequence share one training run;
-3. a V sweep of DSSDA on the Transformer scenario: mean latency and mean penalty T + λ·G(M) (the term
-   the O(1/V) bound is about) against the mean virtual-queue backlog (O(V));
-4. DSSDA's decision time against the number of devices and of encoder blocks;
-5. blocks moved per round and the share of the round latency they cost (the redistribution's moved
-   optimizer state), for every policy and for DSSDA deciding blind to the previous placement (before it
-   weighs moves: ``blind_task``).
+   copy (``TRAINING_SCALE``; per scenario ``TRAINING``: learning rate, held-out samples, uniform's
+   training rounds; same data, blocks, micro-batch size, local iterations and optimizer, smaller
+   widths) replays each policy's micro-batch counts M per round and cluster, the only part of a
+   decision that changes the gradient (segments, bandwidth and power do not). The target is the eval
+   loss ``uniform`` reaches after its training rounds (step 0); every other trajectory trains until its
+   own eval loss reaches it or for ``--max-train-rounds`` (default 2 × the training rounds, at most
+   ``--rounds``). A policy's time to target is the sum of its modeled (full-size) round
+   latencies until then. Policies with the same M sequence share one training run;
+3. over the seeds (more than one): per policy the mean time to target with its Student-t 95 % interval,
+   whether it holds the energy budgets, DSSDA's paired ratios (``bench/paper_seeds.py``);
+4. for the first seed only (``--skip-extras`` skips them): a V sweep of DSSDA on the Transformer
+   scenario — mean latency and mean penalty (T + the convergence part of the penalty over V, the term
+   the O(1/V) bound is about) against the mean virtual-queue backlog (O(V)); blocks moved per round
+   and the share of the round latency they cost for DSSDA deciding blind to the previous placement
+   (before it weighs moves: ``blind_task``); DSSDA's decision time against the number of devices and
+   of encoder blocks (a synthetic scenario with the variance term).
 
-Writes ``paper.csv``, ``paper.json`` and a self-contained ``paper.html`` (plotly.js inlined) to
-``--out``, prints the headline table and the JSON summary (one line on stdout with ``--json``, the table
-then going to stderr). Training runs single-threaded in ``--workers`` processes (torch's own threads
-are slower than one thread per process on a shared 2-core machine).
-Run: ``collapipe bench paper [--json] [--out DIR] [--rounds R] [--train-rounds R] [--workers W]
+Writes ``paper.csv`` (one row per scenario, seed and policy), ``paper-seeds.csv`` (per scenario and
+policy over the seeds), ``paper.json``, ``paper-decisions.json`` (every round's decision of every run:
+M per cluster, blocks per device, queues, energy against budget, blocks moved; and the eval losses) and
+a self-contained ``paper.html`` (plotly.js inlined) to ``--out``, prints the headline table and the
+JSON summary (one line on stdout with ``--json``, the table then going to stderr). Training runs
+single-threaded in ``--workers`` processes (torch's own threads are slower than one thread per process
+on a shared 2-core machine).
+Run: ``collapipe bench paper [--json] [--out DIR] [--rounds R] [--train-rounds R] [--max-train-rounds R]
+[--seeds 1,2,3,4,5] [--convergence noise_scale|variance] [--skip-extras] [--workers W]
 [--decision-devices 4,12,50,100,1000]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import multiprocessing
@@ -44,7 +58,7 @@ import time
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -61,25 +75,44 @@ from collapipe_core.state import Placement, RoundState, build_environment, obser
 from collapipe_core.validation import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `collapipe bench paper` loads this file by path
+    sys.path.insert(0, str(ROOT))
+from bench.paper_output import (  # noqa: E402
+    PAPER_CLAIMS,
+    headline_table,
+    ratios_to_dssda,
+    write_csv,
+    write_html,
+    write_seeds_csv,
+)
+from bench.paper_seeds import aggregate  # noqa: E402
+
 SCENARIOS = {
     "transformer": ROOT / "examples" / "paper-transformer.yaml",
     "bert": ROOT / "examples" / "paper-bert.yaml",
 }
 POLICIES = ("dssda", "uniform", "proportional", "random", "fl", "split", "myopic")
-BASELINES = POLICIES[1:]
-TRAINING_SCALE: dict[str, Any] = {
-    "model.d_model": 64,
-    "model.num_heads": 4,
-    "model.ffn_dim": 256,
-    "data.eval_samples": 128,
-}
-TRAINING_LR = {  # AdamW at width 64, chosen so each copy's eval loss falls within ~10 rounds
-    "paper-transformer": 0.005,  # (BERT at 0.005 or 0.01 stalls near chance, ln 8 ≈ 2.08)
-    "paper-bert": 0.002,
+TRAINING_SCALE: dict[str, Any] = {"model.d_model": 64, "model.num_heads": 4, "model.ffn_dim": 256}
+
+
+class TrainingSettings(NamedTuple):
+    """The bench-scale choices of one scenario's copy (the full-size scenario the latencies are modeled on
+    keeps its own): AdamW's learning rate, the held-out samples of each evaluation, and the rounds
+    ``uniform`` trains to set the target (``--train-rounds`` overrides them for every scenario)."""
+
+    lr: float
+    eval_samples: int
+    train_rounds: int
+
+
+TRAINING = {  # uniform's bench-scale training in seeds 1-5 (docs/paper-comparison.md has the curves)
+    # lr 0.005: eval loss 3.42-3.47 after round 1, 3.06-3.11 after 10 (the target), falling ~0.01 a round
+    "paper-transformer": TrainingSettings(lr=0.005, eval_samples=128, train_rounds=10),
+    # lr 0.001 (best of 0.0003-0.003): 1.76-1.90 after 25 rounds, chance 2.08; 512 held out: SE 0.02-0.03
+    "paper-bert": TrainingSettings(lr=0.001, eval_samples=512, train_rounds=25),
 }
 TRAINING_DECODER_LAYERS = 1  # seq2seq copies keep one decoder layer (the edge server's part)
 V_VALUES = (1.0, 10.0, 100.0, 1000.0, 10000.0)
-PAPER_CLAIMS = {"latency_reduction_pct": 48.98, "efficiency_gain_pct": 15.09, "memory_ratio_to_fl": 0.5}
 
 
 def scenario_config(path: Path, **overrides: Any) -> ExperimentConfig:
@@ -87,17 +120,32 @@ def scenario_config(path: Path, **overrides: Any) -> ExperimentConfig:
     return load_config(path, {"executor": "analytic", **overrides})
 
 
-def training_config(path: Path) -> ExperimentConfig:
-    """The bench-scale copy the real training runs (same data, blocks, b, I, optimizer; smaller widths)."""
+def training_config(path: Path, seed: int | None = None) -> ExperimentConfig:
+    """The bench-scale copy the real training runs (same data, blocks, b, I, optimizer; smaller widths);
+    ``seed`` (default: the scenario's) draws its data split and initial weights."""
     full = scenario_config(path)
     layers = min(full.model.num_decoder_layers, TRAINING_DECODER_LAYERS)
+    settings = TRAINING[path.stem]
     overrides = {
         **TRAINING_SCALE,
-        "training.lr": TRAINING_LR[path.stem],
+        "training.lr": settings.lr,
+        "data.eval_samples": settings.eval_samples,
         "model.num_decoder_layers": layers,
         "executor": "simulated",
+        **({} if seed is None else {"seed": seed}),
     }
     return load_config(path, overrides)
+
+
+def modeled_overrides(seed: int | None, convergence: str, noise_scale: float | None) -> dict[str, Any]:
+    """Config overrides of the analytic (full-size) runs: the seed (channel trace) and the convergence
+    term, with the B_noise measured in uniform's training (:func:`measured_noise_scale`) for
+    ``noise_scale``."""
+    out: dict[str, Any] = {} if seed is None else {"seed": seed}
+    out["scheduler.convergence"] = convergence
+    if convergence == "noise_scale":
+        out["scheduler.gradient_noise_scale"] = noise_scale
+    return out
 
 
 def run_policy(config: ExperimentConfig, policy: str, rounds: int, executor: str) -> list[RoundResult]:
@@ -144,22 +192,45 @@ def modeled_figures(results: list[RoundResult], samples_per_microbatch: int) -> 
     }
 
 
-def analytic_task(path: Path, policy: str, rounds: int) -> dict[str, Any]:
-    """One policy on one scenario: figures, per-round latencies and the M of every round and cluster."""
-    config = scenario_config(path)
+def decision_log(results: list[RoundResult]) -> list[dict[str, Any]]:
+    """Per round: what the policy decided and what it cost (the evidence for why a policy is slow)."""
+    return [
+        {
+            "latency_s": r.round.latency_s,
+            "microbatches": list(r.round.num_microbatches),
+            "blocks_moved": r.round.blocks_moved,
+            "redistribution_s": r.round.redistribution_s,
+            "objective_latency": r.round.objective_latency,
+            "objective_convergence": r.round.objective_convergence,
+            "objective_energy": r.round.objective_energy,
+            "blocks": {d.device_id: d.num_blocks for d in r.devices if d.num_blocks > 0},
+            "queues": {d.device_id: d.queue for d in r.devices if d.queue > 0},
+            "energy_over_budget": {d.device_id: d.energy_j / d.energy_budget_j for d in r.devices},
+        }
+        for r in results
+    ]
+
+
+def analytic_task(
+    path: Path, policy: str, rounds: int, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One policy on one scenario: figures, per-round latencies, the M of every round and cluster and the
+    decision log; ``overrides`` (:func:`modeled_overrides`) set the seed and the convergence term."""
+    config = scenario_config(path, **(overrides or {}))
     results = run_policy(config, policy, rounds, "analytic")
     per_microbatch = config.training.microbatch_size * config.training.local_iterations
     return {
         "figures": modeled_figures(results, per_microbatch),
         "latency_series": [r.round.latency_s for r in results],
         "microbatches": [list(r.round.num_microbatches) for r in results],
+        "decision_log": decision_log(results),
     }
 
 
-def blind_task(path: Path, rounds: int) -> dict[str, float]:
+def blind_task(path: Path, rounds: int, overrides: dict[str, Any] | None = None) -> dict[str, float]:
     """DSSDA deciding as if no TEB had a previous holder (blind to what moves cost), each round evaluated
     with the placement the round before left: DSSDA's row before it weighs moves."""
-    config = scenario_config(path)
+    config = scenario_config(path, **(overrides or {}))
     env = Runner(config.model_copy(update={"executor": "analytic"}), MemorySink()).env
     policy = get_policy("dssda")
     queues, previous = np.zeros(env.scenario.shape), None
@@ -182,16 +253,20 @@ def blind_task(path: Path, rounds: int) -> dict[str, float]:
     }
 
 
-def v_sweep_task(path: Path, v: float, rounds: int) -> dict[str, float]:
-    config = scenario_config(path, **{"scheduler.V": v})
+def v_sweep_task(
+    path: Path, v: float, rounds: int, overrides: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """DSSDA at ``V``; its penalty per round is T + (the convergence part of V·penalty)/V."""
+    config = scenario_config(path, **{**(overrides or {}), "scheduler.V": v})
     results = run_policy(config, "dssda", rounds, "analytic")
-    lam = config.scheduler.lambda_
     queues = np.array([[d.queue for d in r.devices] for r in results])  # (rounds, devices)
     energy = np.array([[d.energy_j / d.energy_budget_j for d in r.devices] for r in results])
     return {
         "V": v,
         "mean_latency_s": statistics.fmean(r.round.latency_s for r in results),
-        "mean_penalty_s": statistics.fmean(r.round.latency_s + lam * r.round.convergence for r in results),
+        "mean_penalty_s": statistics.fmean(
+            r.round.latency_s + r.round.objective_convergence / v for r in results
+        ),
         "mean_microbatches": float(np.mean([r.round.num_microbatches for r in results])),
         "mean_backlog": float(queues.mean()),
         "max_device_backlog": float(queues.mean(axis=0).max()),
@@ -221,24 +296,57 @@ class ReplayMicrobatches:
 
 
 def train_task(
-    path: Path, microbatches: list[list[int]], max_rounds: int, target: float | None
-) -> list[float]:
-    """Eval loss per round of the bench-scale copy replaying ``microbatches``; stops at ``target``."""
+    path: Path,
+    microbatches: list[list[int]] | None,
+    max_rounds: int,
+    target: float | None,
+    seed: int | None = None,
+) -> dict[str, list[Any]]:
+    """Per round of the bench-scale copy: eval loss, the B_noise it measured (smoothed up to that round)
+    and the M per cluster it trained. It replays ``microbatches``, or with None runs ``uniform`` itself
+    (its fixed M: the run that sets the target and measures B_noise); stops at ``target``."""
     import torch
 
     torch.set_num_threads(1)
-    config = training_config(path)
-    config = config.model_copy(update={"training": config.training.model_copy(update={"rounds": max_rounds})})
+    config = training_config(path, seed)
+    config = config.model_copy(
+        update={
+            "training": config.training.model_copy(update={"rounds": max_rounds}),
+            "scheduler": config.scheduler.model_copy(update={"policy": "uniform"}),
+        }
+    )
     sink = MemorySink()
     runner = Runner(config, sink)
-    runner.policy = ReplayMicrobatches(microbatches)
+    if microbatches is not None:
+        runner.policy = ReplayMicrobatches(microbatches)
 
     def reached() -> bool:
         loss = sink.results[-1].round.eval_loss
         return target is not None and loss is not None and loss <= target
 
     runner.run(should_stop=reached)
-    return [float(r.round.eval_loss if r.round.eval_loss is not None else float("nan")) for r in sink.results]
+    return {
+        "eval_loss": [
+            float(r.round.eval_loss if r.round.eval_loss is not None else float("nan")) for r in sink.results
+        ],
+        "gradient_noise_scale": [r.round.gradient_noise_scale for r in sink.results],
+        "microbatches": [list(r.round.num_microbatches) for r in sink.results],
+    }
+
+
+def measured_noise_scale(per_round: Sequence[float | None], scenario: str, seed: int | None) -> float:
+    """B_noise of a training run (``per_round``: its smoothed estimate after each round): the final one,
+    the ratio of the exponential moving averages of tr(Σ) and |G|² over all the run's rounds
+    (:class:`collapipe_core.gradient_noise.NoiseScaleAverage`; over 10 rounds the rounds' estimates
+    weigh 0.06 for the first to 0.15 for the last). Not the mean of ``per_round``: each of its values
+    repeats the earlier rounds, so it weighs them 0.26 for the first to 0.015 for the last."""
+    if not per_round or per_round[-1] is None:
+        raise ValueError(
+            f"{scenario} seed {'(own)' if seed is None else seed}: uniform's {len(per_round)} training rounds"
+            " did not resolve the gradient from its noise (averaged |G|² not positive), so they measure no"
+            " B_noise: train uniform for more rounds (--train-rounds), or use --convergence variance"
+        )
+    return float(per_round[-1])
 
 
 # -- the comparison ---------------------------------------------------------------------------------
@@ -271,97 +379,170 @@ def _starmap(pool: Any, calls: list[tuple[Any, ...]]) -> list[Any]:
     return list(pool.starmap(run_task, calls)) if pool is not None else [run_task(*c) for c in calls]
 
 
-def compare(
-    rounds: int, train_rounds: int, workers: int
-) -> tuple[list[dict[str, Any]], list[dict[str, float]]]:
+class Plan(NamedTuple):  # not a dataclass: `collapipe bench paper` loads this file outside sys.modules
+    """What one ``compare`` runs: ``seeds`` (None: each scenario's own), the convergence term of the
+    modeled runs, uniform's training rounds and the cap of the others' (None: each scenario's own,
+    :meth:`train_rounds_of`, :meth:`max_train_rounds_of`), and whether the first seed also runs the V
+    sweep and the blind row."""
+
+    rounds: int
+    train_rounds: int | None = None
+    max_train_rounds: int | None = None
+    seeds: tuple[int | None, ...] = (None,)
+    convergence: str = "noise_scale"
+    extras: bool = True
+
+    def train_rounds_of(self, scenario: str) -> int:
+        """The rounds uniform trains to set ``scenario``'s target: the plan's, or the scenario's own."""
+        return TRAINING[scenario].train_rounds if self.train_rounds is None else self.train_rounds
+
+    def max_train_rounds_of(self, scenario: str) -> int:
+        """The rounds the other trajectories train at most: the plan's, or 2 × the scenario's training
+        rounds, at most ``rounds``."""
+        if self.max_train_rounds is not None:
+            return self.max_train_rounds
+        return min(2 * self.train_rounds_of(scenario), self.rounds)
+
+
+def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[str, float]] | None]:
+    """Every scenario in every seed, in this order: uniform's bench-scale training (the target and, for
+    ``noise_scale``, B_noise), the modeled policies with that B_noise, the bench-scale training of the
+    other M trajectories to the target. Returns one entry per (seed, scenario), seed-major, and the V
+    sweep (first seed) or None."""
     _importable()
-    cap = min(2 * train_rounds, rounds)
     ctx = multiprocessing.get_context("fork")
     pool = ctx.Pool(workers) if workers > 1 else None
+    names = list(SCENARIOS)
+    cases = [(seed, s) for seed in plan.seeds for s in names]  # seed-major: the first seed's come first
     try:
-        names = list(SCENARIOS)
-        calls = [("analytic", SCENARIOS[s], p, rounds) for s in names for p in POLICIES]
-        sweep_calls = [("sweep", SCENARIOS["transformer"], v, rounds) for v in V_VALUES]
-        blind_calls = [("blind", SCENARIOS[s], rounds) for s in names]
-        done = _starmap(pool, calls + sweep_calls + blind_calls)
-        blind = dict(zip(names, done[len(calls) + len(sweep_calls) :], strict=True))
-        _progress(f"modeled {len(calls)} policy runs and {len(sweep_calls)} V values")
-        analytic = {
-            s: dict(zip(POLICIES, done[i * len(POLICIES) : (i + 1) * len(POLICIES)], strict=True))
-            for i, s in enumerate(names)
-        }
-        sweep = done[len(calls) : len(calls) + len(sweep_calls)]
-        # training: one run per distinct M trajectory; the uniform group first, it sets the target
-        groups: dict[str, dict[tuple[tuple[int, ...], ...], list[str]]] = {}
-        for s in names:
-            groups[s] = {}
-            for p in POLICIES:
-                key = tuple(tuple(m) for m in analytic[s][p]["microbatches"][:cap])
-                groups[s].setdefault(key, []).append(p)
-        first = _starmap(
+        # uniform's M does not depend on B_noise: its training comes first and measures it
+        uniform_runs = _starmap(
             pool,
             [
-                ("train", SCENARIOS[s], analytic[s]["uniform"]["microbatches"], train_rounds, None)
-                for s in names
+                ("train", SCENARIOS[s], None, plan.train_rounds_of(SCENARIOS[s].stem), None, seed)
+                for seed, s in cases
             ],
         )
-        targets = {s: first[i][-1] for i, s in enumerate(names)}
-        _progress(f"trained uniform for {train_rounds} rounds: target eval losses {targets}")
-        rest = [(s, key) for s in names for key, members in groups[s].items() if "uniform" not in members]
-        losses_rest = _starmap(
-            pool, [("train", SCENARIOS[s], [list(m) for m in key], cap, targets[s]) for s, key in rest]
+        trained_uniform = dict(zip(cases, uniform_runs, strict=True))
+        targets = {case: run["eval_loss"][-1] for case, run in trained_uniform.items()}
+        noise: dict[tuple[int | None, str], float | None] = dict.fromkeys(cases)
+        if plan.convergence == "noise_scale":
+            noise = {
+                (seed, s): measured_noise_scale(
+                    trained_uniform[(seed, s)]["gradient_noise_scale"], SCENARIOS[s].stem, seed
+                )
+                for seed, s in cases
+            }
+        _progress(
+            "trained uniform: rounds, target eval loss, B_noise "
+            + ", ".join(
+                f"{s} seed {'(own)' if seed is None else seed}: {plan.train_rounds_of(SCENARIOS[s].stem)},"
+                f" {targets[(seed, s)]:.4g}, "
+                + ("—" if noise[(seed, s)] is None else f"{noise[(seed, s)]:.3g}")
+                for seed, s in cases
+            )
+        )
+
+        def overrides(case: tuple[int | None, str]) -> dict[str, Any]:
+            return modeled_overrides(case[0], plan.convergence, noise[case])
+
+        calls = [
+            ("analytic", SCENARIOS[s], p, plan.rounds, overrides((seed, s)))
+            for seed, s in cases
+            for p in POLICIES
+        ]
+        first = plan.seeds[0]
+        extra_calls: list[tuple[Any, ...]] = []
+        if plan.extras:
+            extra_calls += [
+                ("sweep", SCENARIOS["transformer"], v, plan.rounds, overrides((first, "transformer")))
+                for v in V_VALUES
+            ]
+            extra_calls += [("blind", SCENARIOS[s], plan.rounds, overrides((first, s))) for s in names]
+        done = _starmap(pool, calls + extra_calls)
+        _progress(f"modeled {len(calls)} policy runs and {len(extra_calls)} sweep and blind runs")
+        analytic = {
+            case: dict(zip(POLICIES, done[i * len(POLICIES) : (i + 1) * len(POLICIES)], strict=True))
+            for i, case in enumerate(cases)
+        }
+        sweep = done[len(calls) : len(calls) + len(V_VALUES)] if plan.extras else None
+        blind = dict(zip(names, done[len(calls) + len(V_VALUES) :], strict=True)) if plan.extras else {}
+        # training: one run per distinct M trajectory; uniform's group shares uniform's run
+        groups: dict[tuple[int | None, str], dict[tuple[tuple[int, ...], ...], list[str]]] = {}
+        for case in cases:
+            stem = SCENARIOS[case[1]].stem
+            groups[case] = {}
+            for p in POLICIES:
+                key = tuple(
+                    tuple(m) for m in analytic[case][p]["microbatches"][: plan.max_train_rounds_of(stem)]
+                )
+                groups[case].setdefault(key, []).append(p)
+            modeled = analytic[case]["uniform"]["microbatches"][: plan.train_rounds_of(stem)]
+            assert trained_uniform[case]["microbatches"] == modeled, "uniform's M is fixed at both scales"
+        rest = [
+            (case, key) for case in cases for key, members in groups[case].items() if "uniform" not in members
+        ]
+        trained_rest = _starmap(
+            pool,
+            [
+                (
+                    "train",
+                    SCENARIOS[s],
+                    [list(m) for m in key],
+                    plan.max_train_rounds_of(SCENARIOS[s].stem),
+                    targets[(seed, s)],
+                    seed,
+                )
+                for (seed, s), key in rest
+            ],
         )
         _progress(f"trained {len(rest)} more micro-batch trajectories")
     finally:
         if pool is not None:
             pool.close()
             pool.join()
-    scenarios = []
-    for i, s in enumerate(names):
-        losses: dict[str, list[float]] = {}
-        for key, members in groups[s].items():
-            curve = first[i] if "uniform" in members else losses_rest[rest.index((s, key))]
+    runs = []
+    for case in cases:
+        seed, s = case
+        config = scenario_config(SCENARIOS[s], **overrides(case))
+        trained: dict[str, dict[str, Any]] = {}
+        for key, members in groups[case].items():
+            run = trained_uniform[case] if "uniform" in members else trained_rest[rest.index((case, key))]
             for p in members:
-                losses[p] = curve
-        figures = {p: dict(analytic[s][p]["figures"]) for p in POLICIES}
+                trained[p] = run
+        losses = {p: trained[p]["eval_loss"] for p in POLICIES}
+        figures = {p: dict(analytic[case][p]["figures"]) for p in POLICIES}
         for f in figures.values():
             f["memory_ratio_to_fl"] = f["peak_memory_bytes"] / figures["fl"]["peak_memory_bytes"]
             f["mean_memory_ratio_to_fl"] = f["mean_memory_bytes"] / figures["fl"]["mean_memory_bytes"]
         for p in POLICIES:
             f = figures[p]
             # training stops at the target: its losses cover the first rounds of the latency series
-            latencies = analytic[s][p]["latency_series"][: len(losses[p])]
-            reached = time_to_target(latencies, losses[p], targets[s])
+            latencies = analytic[case][p]["latency_series"][: len(losses[p])]
+            reached = time_to_target(latencies, losses[p], targets[case])
             f["time_to_target_s"], f["rounds_to_target"] = reached if reached else (None, None)
             f["trained_rounds"] = len(losses[p])
+            f["elapsed_trained_s"] = sum(latencies)  # a lower bound of the time to target if not reached
             f["final_eval_loss"] = losses[p][-1]
-        scenarios.append(
+        runs.append(
             {
                 "scenario": SCENARIOS[s].stem,
-                "target_eval_loss": targets[s],
-                "dssda_blind_to_moves": blind[s],
-                "training_groups": list(groups[s].values()),
+                "seed": config.seed,
+                "convergence": plan.convergence,
+                "train_rounds": plan.train_rounds_of(SCENARIOS[s].stem),
+                "max_train_rounds": plan.max_train_rounds_of(SCENARIOS[s].stem),
+                "gradient_noise_scale": noise[case],
+                "target_eval_loss": targets[case],
+                "dssda_blind_to_moves": blind.get(s) if seed == first else None,
+                "training_groups": list(groups[case].values()),
                 "figures": figures,
                 "eval_loss": losses,
-                "latency_series": {p: analytic[s][p]["latency_series"] for p in POLICIES},
+                "training_noise_scale": trained_uniform[case]["gradient_noise_scale"],
+                "latency_series": {p: analytic[case][p]["latency_series"] for p in POLICIES},
+                "decision_log": {p: analytic[case][p]["decision_log"] for p in POLICIES},
             }
         )
-    return scenarios, sweep
-
-
-def ratios_to_dssda(figures: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    d = figures["dssda"]
-    out: dict[str, dict[str, float | None]] = {}
-    for p in BASELINES:
-        f = figures[p]
-        ttt = d["time_to_target_s"], f["time_to_target_s"]
-        out[p] = {
-            "latency_ratio": d["mean_latency_s"] / f["mean_latency_s"],
-            "latency_per_sample_ratio": d["latency_per_sample_s"] / f["latency_per_sample_s"],
-            "time_to_target_ratio": ttt[0] / ttt[1] if ttt[0] and ttt[1] else None,
-            "efficiency_ratio": d["efficiency"] / f["efficiency"] if f["efficiency"] > 0 else None,
-        }
-    return out
+    return runs, sweep
 
 
 def decision_times(devices: tuple[int, ...], blocks: tuple[int, ...], repeats: int) -> list[dict[str, float]]:
@@ -403,174 +584,16 @@ def decision_times(devices: tuple[int, ...], blocks: tuple[int, ...], repeats: i
     return rows
 
 
-# -- output -----------------------------------------------------------------------------------------
-
-CSV_KEYS = [
-    "mean_latency_s",
-    "latency_per_sample_s",
-    "mean_samples_per_round",
-    "mean_microbatches",
-    "efficiency",
-    "peak_memory_bytes",
-    "memory_ratio_to_fl",
-    "mean_memory_bytes",
-    "mean_memory_ratio_to_fl",
-    "energy_over_budget_max",
-    "energy_over_budget_mean",
-    "time_to_target_s",
-    "rounds_to_target",
-    "trained_rounds",
-    "final_eval_loss",
-    "infeasible_rounds",
-    "mean_blocks_moved",
-    "moves_latency_share",
-]
-
-
-def write_csv(path: Path, scenarios: list[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["scenario", "policy", *CSV_KEYS])
-        for s in scenarios:
-            for p, f in s["figures"].items():
-                writer.writerow([s["scenario"], p, *(f[k] for k in CSV_KEYS)])
-
-
-def _fmt(x: float | None, spec: str = ".2f") -> str:
-    return "—" if x is None else format(x, spec)
-
-
-def headline_table(report: dict[str, Any]) -> str:
-    """The readable summary: DSSDA against each baseline, then each policy's own figures."""
-    lines = []
-    for s in report["scenarios"]:
-        figs, ratios = s["figures"], ratios_to_dssda(s["figures"])
-        lines.append(
-            f"== {s['scenario']}  (target eval loss {s['target_eval_loss']:.3f}, bench-scale training)"
-        )
-        lines.append("DSSDA / baseline   round-latency  per-sample  to-target  efficiency")
-        for p, r in ratios.items():
-            lines.append(
-                f"  {p:14s}  {_fmt(r['latency_ratio']):>13s}  {_fmt(r['latency_per_sample_ratio']):>10s}"
-                f"  {_fmt(r['time_to_target_ratio']):>9s}  {_fmt(r['efficiency_ratio']):>10s}"
-            )
-        lines.append(
-            "policy          latency_s  s/sample   M    eff  peak_GB mean_GB  peak/fl mean/fl  E/Ē_max"
-            "  to_target_s (rounds)"
-        )
-        for p, f in figs.items():
-            ttt = (
-                f"{f['time_to_target_s']:.0f} ({f['rounds_to_target']})"
-                if f["time_to_target_s"]
-                else (f"not in {f['trained_rounds']}")
-            )
-            lines.append(
-                f"  {p:12s}  {f['mean_latency_s']:9.1f}  {f['latency_per_sample_s']:8.4f}"
-                f"  {f['mean_microbatches']:4.1f}  {f['efficiency']:.3f}"
-                f"  {f['peak_memory_bytes'] / 1e9:7.2f} {f['mean_memory_bytes'] / 1e9:7.2f}"
-                f"  {f['memory_ratio_to_fl']:7.2f} {f['mean_memory_ratio_to_fl']:7.2f}"
-                f"  {f['energy_over_budget_max']:7.2f}  {ttt}"
-            )
-        blind = s["dssda_blind_to_moves"]
-        lines.append(
-            "blocks moved per round (share of latency they cost): "
-            + ", ".join(
-                f"{p} {f['mean_blocks_moved']:.2f} ({100 * f['moves_latency_share']:.1f} %)"
-                for p, f in figs.items()
-            )
-            + f"; dssda blind to moves {blind['mean_blocks_moved']:.2f}"
-            f" ({100 * blind['moves_latency_share']:.1f} %, latency {blind['mean_latency_s']:.1f} s,"
-            f" E/Ē_max {blind['energy_over_budget_max']:.2f})"
-        )
-    lines.append("== V sweep (DSSDA, paper-transformer)")
-    lines.append("       V  latency_s  penalty_s     M  mean_backlog_J  max_device_backlog_J  E/Ē_max")
-    for r in report["v_sweep"]:
-        lines.append(
-            f"  {r['V']:6g}  {r['mean_latency_s']:9.1f}  {r['mean_penalty_s']:9.1f}"
-            f"  {r['mean_microbatches']:4.1f}  {r['mean_backlog']:14.1f}"
-            f"  {r['max_device_backlog']:20.1f}  {r['energy_over_budget_max']:7.2f}"
-        )
-    lines.append("== DSSDA decision time (median ms; rows: blocks, columns: devices)")
-    dt = report["decision_time"]
-    devices = sorted({int(r["devices"]) for r in dt})
-    lines.append("  blocks " + "".join(f"{d:>9d}" for d in devices))
-    for b in sorted({int(r["blocks"]) for r in dt}):
-        row = {int(r["devices"]): r["median_ms"] for r in dt if int(r["blocks"]) == b}
-        lines.append(f"  {b:6d} " + "".join(f"{row[d]:9.1f}" for d in devices))
-    lines.append(
-        f"paper: ≥ {PAPER_CLAIMS['latency_reduction_pct']}% lower latency, up to +"
-        f"{PAPER_CLAIMS['efficiency_gain_pct']}% efficiency, device memory < 0.5 × fl"
-    )
-    lines.append(f"wall time {report['summary']['wall_time_s']:.0f} s")
-    return "\n".join(lines)
-
-
-HTML_NOTE = (
-    "<p>Modeled figures (latency, efficiency, memory, energy) come from the cost model at the scenarios' "
-    "own sizes (Transformer-big and BERT-base widths, examples/). Eval losses come from really training a "
-    "bench-scale copy (d_model 64, same data, blocks, micro-batch size, local iterations) that replays "
-    "each policy's micro-batch counts; time to target adds the modeled full-size round latencies until "
-    "the copy's eval loss reaches the target. See docs/paper-comparison.md.</p>"
-)
-
-
-def write_html(path: Path, report: dict[str, Any]) -> None:
-    import html as html_lib
-
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    parts = []
-    for s in report["scenarios"]:
-        fig = make_subplots(
-            rows=1, cols=3, subplot_titles=("round latency (s)", "eval loss (bench scale)", "efficiency")
-        )
-        for p, series in s["latency_series"].items():
-            fig.add_trace(go.Scatter(y=series, name=p, legendgroup=p), row=1, col=1)
-            fig.add_trace(
-                go.Scatter(y=s["eval_loss"][p], name=p, legendgroup=p, showlegend=False), row=1, col=2
-            )
-        fig.add_trace(
-            go.Bar(
-                x=list(s["figures"]), y=[f["efficiency"] for f in s["figures"].values()], showlegend=False
-            ),
-            row=1,
-            col=3,
-        )
-        fig.update_layout(title=f"{s['scenario']} (target eval loss {s['target_eval_loss']:.3f})", height=420)
-        parts.append(fig)
-    sweep = report["v_sweep"]
-    fig = go.Figure()
-    for key, label in (("mean_latency_s", "latency T"), ("mean_penalty_s", "penalty T + λ·G")):
-        fig.add_trace(
-            go.Scatter(
-                x=[r["mean_backlog"] for r in sweep],
-                y=[r[key] for r in sweep],
-                mode="lines+markers+text",
-                name=label,
-                text=[f"V={r['V']:g}" for r in sweep],
-                textposition="top center",
-            )
-        )
-    fig.update_layout(
-        title="DSSDA V sweep (paper-transformer): latency and penalty against backlog",
-        xaxis_title="mean virtual queue (J)",
-        xaxis_type="log",
-        yaxis_title="seconds",
-        height=420,
-    )
-    parts.append(fig)
-    html = [
-        "<html><head><meta charset='utf-8'><title>CollaPipe paper comparison</title></head><body>",
-        "<h1>CollaPipe: DSSDA against the baselines</h1>",
-        HTML_NOTE,
-        f"<pre>{html_lib.escape(headline_table(report))}</pre>",
-    ]
-    for i, part in enumerate(parts):
-        html.append(part.to_html(full_html=False, include_plotlyjs=(i == 0)))  # plotly.js inlined once
-    html.append(f"<pre>{html_lib.escape(json.dumps(report['summary'], indent=2, default=float))}</pre>")
-    html.append("</body></html>")
-    path.write_text("\n".join(html), encoding="utf-8")
+def _seeds(text: str) -> tuple[int | None, ...]:
+    if not text:
+        return (None,)
+    try:
+        seeds = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give integers, e.g. 1,2,3,4,5") from None
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give distinct non-negative integers")
+    return seeds
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -579,7 +602,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--rounds", type=int, default=60, help="analytic rounds per policy and per V")
     parser.add_argument(
-        "--train-rounds", type=int, default=10, help="rounds uniform trains to set the target"
+        "--train-rounds",
+        type=int,
+        default=None,
+        help="rounds uniform trains to set the target, in every scenario (default: each scenario's own, "
+        + ", ".join(f"{name} {t.train_rounds}" for name, t in TRAINING.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--max-train-rounds",
+        type=int,
+        default=None,
+        help="rounds the other trajectories train at most to reach the target (default: 2 × the scenario's"
+        " --train-rounds, at most --rounds)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=_seeds,
+        default=(None,),
+        help="comma-separated config seeds (channel trace, data split, initial weights); default: the"
+        " scenarios' own",
+    )
+    parser.add_argument(
+        "--convergence",
+        choices=("noise_scale", "variance"),
+        default="noise_scale",
+        help="DSSDA's convergence term: noise_scale with B_noise measured in uniform's bench-scale training"
+        " to the target, per scenario and seed (default), or variance with the scenario's σ²",
+    )
+    parser.add_argument(
+        "--skip-extras",
+        action="store_true",
+        help="skip the V sweep, DSSDA blind to moves and the decision-time grid (run for the first seed)",
     )
     parser.add_argument("--workers", type=int, default=2, help="processes for the policies and the training")
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
@@ -590,25 +644,62 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="device counts of the decision-time grid (comma-separated)",
     )
     args = parser.parse_args(argv)
-    if args.train_rounds > args.rounds:
-        parser.error(f"--train-rounds ({args.train_rounds}) must not exceed --rounds ({args.rounds})")
+    plan = Plan(
+        args.rounds,
+        args.train_rounds,
+        args.max_train_rounds,
+        args.seeds,
+        args.convergence,
+        not args.skip_extras,
+    )
+    for name in TRAINING:
+        train_rounds, cap = plan.train_rounds_of(name), plan.max_train_rounds_of(name)
+        if train_rounds > args.rounds:
+            parser.error(
+                f"{name}: uniform trains {train_rounds} rounds (--train-rounds) but --rounds is"
+                f" {args.rounds}; raise --rounds or lower --train-rounds"
+            )
+        if not train_rounds <= cap <= args.rounds:
+            parser.error(
+                f"{name}: --max-train-rounds ({cap}) must lie between the rounds uniform trains"
+                f" ({train_rounds}, --train-rounds) and --rounds ({args.rounds}): time to target adds the"
+                " modeled latencies of the trained rounds"
+            )
     started = time.perf_counter()
-    scenarios, sweep = compare(args.rounds, args.train_rounds, args.workers)
+    scenarios, sweep = compare(plan, args.workers)
+    over_seeds = aggregate(scenarios)
     report: dict[str, Any] = {
         "scenarios": scenarios,
         "v_sweep": sweep,
-        "decision_time": decision_times(
-            tuple(int(d) for d in args.decision_devices.split(",")), (6, 12, 24, 48), repeats=5
+        "over_seeds": over_seeds,
+        "decision_time": (
+            []
+            if args.skip_extras
+            else decision_times(
+                tuple(int(d) for d in args.decision_devices.split(",")), (6, 12, 24, 48), repeats=5
+            )
         ),
     }
+    first = scenarios[0]["seed"]
     report["summary"] = {
         "paper_claims": PAPER_CLAIMS,
         "scales": {
             "modeled": "the examples' own model sizes",
-            "training": {**TRAINING_SCALE, "training.lr": TRAINING_LR},
+            "training": {
+                **TRAINING_SCALE,
+                "per_scenario": {name: t._asdict() for name, t in TRAINING.items()},
+            },
+        },
+        "plan": {
+            **plan._asdict(),
+            "train_rounds": {name: plan.train_rounds_of(name) for name in TRAINING},
+            "max_train_rounds": {name: plan.max_train_rounds_of(name) for name in TRAINING},
+            "seeds": [s["seed"] for s in scenarios if s["scenario"] == "paper-transformer"],
         },
         "ours": {
             s["scenario"]: {
+                "seed": s["seed"],
+                "gradient_noise_scale": s["gradient_noise_scale"],
                 "target_eval_loss": s["target_eval_loss"],
                 "ratios_dssda_to": ratios_to_dssda(s["figures"]),
                 "memory_ratio_dssda_to_fl": s["figures"]["dssda"]["memory_ratio_to_fl"],
@@ -617,15 +708,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "time_to_target_s": {p: f["time_to_target_s"] for p, f in s["figures"].items()},
             }
             for s in scenarios
+            if s["seed"] == first
         },
+        "per_seed": [
+            {
+                "scenario": s["scenario"],
+                "seed": s["seed"],
+                "gradient_noise_scale": s["gradient_noise_scale"],
+                "target_eval_loss": s["target_eval_loss"],
+                "figures": s["figures"],
+            }
+            for s in scenarios
+        ],
+        "over_seeds": over_seeds,
         "v_sweep": sweep,
         "decision_time": report["decision_time"],
         "wall_time_s": time.perf_counter() - started,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "paper.csv", scenarios)
+    write_seeds_csv(args.out / "paper-seeds.csv", over_seeds)
     write_html(args.out / "paper.html", report)
     (args.out / "paper.json").write_text(json.dumps(report["summary"], indent=2, default=float))
+    decisions = [
+        {k: s[k] for k in ("scenario", "seed", "eval_loss", "training_noise_scale", "decision_log")}
+        for s in scenarios
+    ]
+    (args.out / "paper-decisions.json").write_text(json.dumps(decisions, default=float))
     table = headline_table(report)
     if args.json:
         print(table, file=sys.stderr)

@@ -281,7 +281,8 @@ def config_validate(config_path: ConfigPath) -> None:
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
 )
 def bench_paper(ctx: typer.Context) -> None:
-    """DSSDA against every baseline (bench/paper.py: --json --out DIR --rounds R --train-rounds R)."""
+    """DSSDA against every baseline (bench/paper.py: --json --out DIR --rounds R --train-rounds R --seeds
+    1,2,3,4,5 --convergence noise_scale|variance --skip-extras; --help lists all)."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "bench" / "paper.py"

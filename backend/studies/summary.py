@@ -25,7 +25,7 @@ from backend.studies.schemas import (
     StudyStatus,
 )
 from backend.studies.service import cell_label
-from backend.studies.stats import mean_interval
+from collapipe_core.intervals import mean_interval
 
 
 def derive_status(by_status: dict[str, int]) -> StudyStatus:

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from backend.studies.stats import mean_interval, t_quantile, t_two_sided_probability
+from collapipe_core.intervals import mean_interval, t_quantile, t_two_sided_probability
 
 # two-sided 95 % (the 97.5 % quantile) and 99 % points of Student's t, from a printed table
 T_TABLE = {

@@ -1,4 +1,4 @@
-"""Means with Student-t confidence intervals over a cell's seeds (no SciPy: the t distribution's CDF
+"""Means with Student-t confidence intervals over seeds (no SciPy: the t distribution's CDF
 for integer degrees of freedom has a closed form, inverted here by bisection).
 
 For ν degrees of freedom and θ = atan(t / √ν), P(|T| ≤ t) is (Abramowitz & Stegun 26.7.3–4)
