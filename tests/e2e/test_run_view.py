@@ -3,8 +3,10 @@ requests it loads with."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Route, expect
 
 from tests.e2e.configs import tiny
 from tests.e2e.conftest import FinishedRuns, Login, counted_api_requests, screenshot
@@ -50,6 +52,35 @@ def test_open_the_gantt_of_a_round(login: Login, server: Server, finished_runs: 
     gantt.get_by_label("Round", exact=True).fill("99")
     gantt.get_by_role("button", name="Show timeline").click()
     expect(gantt).to_contain_text("has no stored round 99")
+
+
+def test_a_suggested_round_answered_late_does_not_replace_the_one_the_user_chose(
+    login: Login, server: Server, finished_runs: FinishedRuns
+) -> None:
+    page = login("viewer")
+    held: list[Route] = []
+
+    def hold_the_first(route: Route) -> None:  # the page's own suggestion: the newest round
+        if held:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(re.compile(r"/api/runs/\d+/timeline\?"), hold_the_first)
+    page.goto(f"{server.url}/#/runs/{finished_runs.baseline}")
+    expect(page.locator("[data-ready='true']")).to_be_attached(timeout=15_000)
+    gantt = page.locator("#gantt")
+    expect(gantt).to_contain_text("Loading round 7")  # the suggestion is asked for and held
+    assert len(held) == 1 and "round=7" in held[0].request.url
+
+    gantt.get_by_label("Round", exact=True).fill("3")
+    gantt.get_by_role("button", name="Show timeline").click()
+    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "3")
+    with page.expect_response(re.compile(r"timeline\?round=7")):
+        held[0].continue_()
+    page.wait_for_timeout(300)  # the late answer has been read and dropped
+    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "3")
+    expect(gantt).to_contain_text("Round 3, cluster 0")
 
 
 # where round 5 of the first device is drawn on a per-device chart (a subplot), in the window

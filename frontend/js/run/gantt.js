@@ -66,6 +66,7 @@ export class GanttView {
         this.button),
       this.note, this.el);
     this.userChose = false;
+    this.requests = 0;
     this.roundInput.addEventListener('input', () => { this.userChose = true; });
     this.button.addEventListener('click', () => { this.userChose = true; });
   }
@@ -92,10 +93,15 @@ export class GanttView {
       return;
     }
     this.note.textContent = `Loading round ${r}…`;
+    // only the newest request draws: a suggested round still loading must not replace the one the
+    // user asked for after it
+    this.requests += 1;
+    const request = this.requests;
     try {
       const timeline = await get(`/api/runs/${this.runId}/timeline`, { round: r, cluster });
-      this.draw(timeline);
+      if (request === this.requests) this.draw(timeline);
     } catch (error) {
+      if (request !== this.requests) return;
       this.note.textContent = error.message;
       purge(this.el);
     }
