@@ -2,7 +2,7 @@
 
 - **The segment step** (:func:`segment_step`): the exact segment DP (module ``segments``) for every
   cluster, candidate M, row set and link model (module ``segment_costs``); each (cluster, M, row set,
-  model) proposes its δ. Candidate M: when exploring (the start and a descent's first pass) the grid 1, 2,
+  model) proposes its δ. Candidate M: when exploring (the start and the descent's first pass) the grid 1, 2,
   3, 4, 6, 8, 12, … ≤ M_max, M_max and M ± 1; in later passes M and M ± 1. A row set is the weights
   (w_n, v_n) the models use for the cluster's pipeline and gather times, whether the gather term has the
   other clusters' largest gather time as its floor, and whether it runs at every candidate M or at the

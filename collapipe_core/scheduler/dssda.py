@@ -24,10 +24,10 @@ With the noise-scale convergence term (``problem.penalty``), each pass's steps w
 the latency of the solution it starts from (T̂); every candidate is scored exactly. The first pass
 explores every candidate M, later ones M ± 1 around each cluster's. Passes repeat until one over every
 cluster no longer lowers J by more than 1e-5 (relative); after an improving pass only the clusters that
-changed or sit at a maximum get new candidates. Two descents run from the same start — in the wide
-neighbourhood throughout, and in the narrow one (fewer row sets) first, widening when it converges — and
-the better result is polished: M for its links, the links coupled with a finer weight menu, then M_n ± 1
-of one cluster at a time with the links coupled again. ``Decision.solver_iterations`` counts the passes.
+changed or sit at a maximum get new candidates. The descent works in the narrow neighbourhood (fewer row
+sets) first and widens when it converges (back to narrow after an improvement); its result is polished:
+M for its links, the links coupled with a finer weight menu, then M_n ± 1 of one cluster at a time with
+the links coupled again. ``Decision.solver_iterations`` counts the passes.
 A round where no placement fits in memory is refused with a ValueError naming the devices and shortfall.
 
 ``myopic`` is DSSDA with every Q_k = 0 (it ignores the energy budgets).
@@ -84,14 +84,7 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     cache = LinkCache(pr)
     delta, micro = _start(pr)
     beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 1, (1.0,))[:2])
-    start = (delta, micro, beta, power)
-    ends: list[tuple[Solution, float]] = []  # where each descent ended; a later one that gets there stops
-    passes = 0
-    for narrow_first in (False, True):
-        solution, current, count = _descend(pr, cache, start, narrow_first, ends)
-        ends.append((solution, current))
-        passes += count
-    solution, current = min(ends, key=lambda end: end[1])
+    solution, current, passes = _descend(pr, cache, (delta, micro, beta, power))
     # polish: M for the links found, links coupled with a finer menu
     n = pr.shape[0]
     delta = solution[0]
@@ -133,25 +126,18 @@ def _micro_neighbours(
     return solution, current
 
 
-def _descend(
-    pr: RoundProblem,
-    cache: LinkCache,
-    solution: Solution,
-    narrow_first: bool,
-    ends: list[tuple[Solution, float]],
-) -> tuple[Solution, float, int]:
-    """Passes from ``solution`` until one over every cluster lowers J no more in the wide neighbourhood;
-    with ``narrow_first`` in the narrow one (fewer row sets) first, widening once it converges and back to
-    narrow after an improvement. After an improving pass only the clusters that changed or sit at a
-    maximum get new candidates (the others' last ones are offered again); after a pass without improvement
-    the clusters not yet tried since the last improvement. Stops where an earlier descent ended
-    (``ends``). Returns the solution, J and the number of passes."""
+def _descend(pr: RoundProblem, cache: LinkCache, solution: Solution) -> tuple[Solution, float, int]:
+    """Passes from ``solution`` until one over every cluster lowers J no more in the wide neighbourhood:
+    in the narrow one (fewer row sets) first, widening once it converges and back to narrow after an
+    improvement. After an improving pass only the clusters that changed or sit at a maximum get new
+    candidates (the others' last ones are offered again); after a pass without improvement the clusters not
+    yet tried since the last improvement. Returns the solution, J and the number of passes."""
     n = pr.shape[0]
     current = objective(pr, solution)
     weights = (np.ones(n), np.ones(n))
     active, tried = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
     kept: dict[int, Candidates] = {}
-    passes, wide = 0, not narrow_first
+    passes, wide = 0, False
     while passes < MAX_PASSES:
         passes += 1
         pr = _estimated(pr, solution)
@@ -169,10 +155,8 @@ def _descend(
         changed = np.any(new[0] != solution[0], axis=1) | (new[1] != solution[1])
         changed |= (new_weights[0] != weights[0]) | (new_weights[1] != weights[1])
         solution, current, weights, tried = new, value, new_weights, np.zeros(n, dtype=bool)
-        if any(np.array_equal(solution[0], s[0]) and np.array_equal(solution[1], s[1]) for s, _ in ends):
-            break
         active = changed | _at_a_maximum(pr, solution)
-        if narrow_first and wide:
+        if wide:
             wide, active = False, np.ones(n, dtype=bool)
     return solution, current, passes
 

@@ -314,51 +314,25 @@ def bandwidth_step(
 ) -> tuple[FloatArray, FloatArray]:
     """Exact β (R, K) for the rate model r_k = c_k + d_k·β_k and the price range [μ_lo, μ_hi] (R, 2).
 
-    Only the scheduled devices take part (each row's are moved to the front), and a row without a link
-    (c1 = 0) or gather (c2 = 0) term has only the structures of the terms it has."""
+    Only the scheduled devices take part (each row's are moved to the front)."""
     delta = np.asarray(delta, dtype=np.float64)
     rows_count, k = delta.shape
     order = np.argsort(delta <= 0, axis=1, kind="stable")
     width = max(int(np.max(np.sum(delta > 0, axis=1))), 1)
     keep = order[:, :width]  # (R, K') the scheduled devices first
-    delta_c, intercept_c, slope_c = take_last(delta, keep), take_last(intercept, keep), take_last(slope, keep)
-    beta = np.zeros((rows_count, width))
-    bracket = np.zeros((rows_count, 2))
-    link, gather = terms.c1 > 0, (terms.c2 > 0) | (terms.download > 0)
-    for has_link, has_gather in ((True, True), (True, False), (False, True), (False, False)):
-        rows = np.flatnonzero((link == has_link) & (gather == has_gather))
-        if rows.size:
-            sub = LinkTerms(*(getattr(terms, f)[rows] for f in LinkTerms.__dataclass_fields__))
-            beta[rows], bracket[rows] = _bandwidth_rows(
-                sub, delta_c[rows], intercept_c[rows], slope_c[rows], p_bits, b_bits, has_link, has_gather
-            )
-    out = np.zeros((rows_count, k))
-    np.put_along_axis(out, keep, beta, axis=1)
-    return out, bracket
-
-
-def _bandwidth_rows(
-    terms: LinkTerms,
-    delta: FloatArray,
-    intercept: FloatArray,
-    slope: FloatArray,
-    p_bits: float,
-    b_bits: float,
-    link: bool,
-    gather: bool,
-) -> tuple[FloatArray, FloatArray]:
+    delta, intercept, slope = take_last(delta, keep), take_last(intercept, keep), take_last(slope, keep)
     on = delta > 0
-    d = np.where(on, delta, 1).astype(np.float64)
+    d = np.where(on, delta, 1.0)
     zeta = np.where(on, 1.0 / slope, 0.0)
     zn = zeta / (1.0 + np.sum(np.where(on, intercept * zeta, 0.0), axis=-1, keepdims=True))
-    free, fixed = _structures(terms, on, d, zeta, p_bits, b_bits, link, gather)  # (R, C, K)
+    free, fixed = _structures(terms, on, d, zeta, p_bits, b_bits)  # (R, C, K)
     u, s = _normalise(zn[:, None, :], on[:, None, :], free, fixed)
     uu = np.where(on[:, None, :], u, 0.0)
     wide = LinkTerms(*(getattr(terms, f)[:, None] for f in LinkTerms.__dataclass_fields__))
     cost = latency_cost(wide, d[:, None, :], uu, p_bits, b_bits)
     cost = np.where(np.all(np.isfinite(uu), axis=-1) & ~np.isnan(cost), cost, np.inf)
     best = np.argmin(cost, axis=1)
-    rows = np.arange(on.shape[0])
+    rows = np.arange(rows_count)
     beta = np.where(on, np.maximum(zeta / u[rows, best] - intercept * zeta, 1e-9), 0.0)
     beta = beta / np.maximum(beta.sum(axis=-1, keepdims=True), 1.0)
     tied = (cost <= cost[rows, best][:, None] * (1 + 1e-9) + 1e-300) & np.isfinite(s)
@@ -366,18 +340,13 @@ def _bandwidth_rows(
     lo = np.min(np.where(tied, mu, np.inf), axis=1)
     hi = np.max(np.where(tied, mu, -np.inf), axis=1)
     lo = np.where(np.isfinite(lo), lo, 0.0)
-    return beta, np.stack([lo, np.where(np.isfinite(hi), hi, lo)], axis=1)
+    out = np.zeros((rows_count, k))
+    np.put_along_axis(out, keep, beta, axis=1)
+    return out, np.stack([lo, np.where(np.isfinite(hi), hi, lo)], axis=1)
 
 
 def _structures(
-    terms: LinkTerms,
-    on: BoolArray,
-    d: FloatArray,
-    zeta: FloatArray,
-    p_bits: float,
-    b_bits: float,
-    link: bool = True,
-    gather: bool = True,
+    terms: LinkTerms, on: BoolArray, d: FloatArray, zeta: FloatArray, p_bits: float, b_bits: float
 ) -> tuple[FloatArray, FloatArray]:
     """Free factors c_k and fixed bounds F_k (R, C, K) of every KKT structure (∞: none).
 
@@ -385,8 +354,8 @@ def _structures(
     others the gather target): both free, the link target at a kink with the gather target free, the
     link target free with the gather target at its kink, both at kinks. Tied targets z2 = δ*·z1 for
     δ* ∈ {δ_k}: free with slope σ1 + δ*·σ2, or at a kink. Every device is also capped by its interior
-    value √(ζ_k/a). Rows without a link term (``link`` False: c1 = 0) or a gather term have only the
-    structures of the other target (over all devices), and the interior."""
+    value √(ζ_k/a). A row without a link term (c1 = 0) or a gather term has no target of that kind free
+    (κ = ∞); its structures at a kink are feasible candidates that cost no less than the optimum."""
     rows, k = on.shape
     link_slope, gather_slope, download_slope = terms.c1 * p_bits, terms.c2 * b_bits, terms.download * b_bits
     a = terms.a + 1e-12 * (link_slope + gather_slope + download_slope) + 1e-300
@@ -394,44 +363,35 @@ def _structures(
     inf = np.inf
     kink1 = np.stack([terms.stage_f, terms.stage_b], axis=1) / p_bits  # (R, 2)
     kink2 = (terms.gather_floor / b_bits)[:, None] / d  # Γ_f/(B·δ_k) (R, K)
-    if link and gather:
-        threshold = np.concatenate([np.zeros((rows, 1)), np.where(on, d, np.inf)], axis=1)  # (R, J)
-        below = on[:, None, :] & (d[:, None, :] <= threshold[:, :, None])  # (R, J, K)
-    else:
-        below = np.broadcast_to(on[:, None, :], (rows, 1, k))  # one group: every scheduled device
+    threshold = np.concatenate([np.zeros((rows, 1)), np.where(on, d, np.inf)], axis=1)  # (R, J)
+    below = on[:, None, :] & (d[:, None, :] <= threshold[:, :, None])  # (R, J, K)
     inv_d = (1.0 / d)[:, None, :]
-    families: list[tuple[FloatArray | float, FloatArray | float]] = [(inf, inf)]  # every device interior
-    if link:
-        k1 = _kappa(zeta, np.ones(below.shape), below, terms.a, link_slope[:, None, None] * _LINK_SLOPES)
-        families += [(k1[..., None], inf), (inf, kink1[:, :, None])]  # link target free, or at a kink
-    if gather:
-        group = on[:, None, :] & ~below if link else below
-        k2 = _kappa(
-            zeta,
-            np.broadcast_to(inv_d, group.shape),
-            group,
-            terms.a,
-            download_slope[:, None, None] + gather_slope[:, None, None] * _GATHER_SLOPES,
-        )
-        families += [(k2[..., None] * inv_d[:, :, None, :], inf), (inf, kink2[:, None, :])]
-    if link and gather:
-        k2_dev = k2[:, :, None, :, None] * (1.0 / d)[:, None, None, None, :]  # κ2/δ_k (R, J, 1, 2, K)
-        star = np.where(on, d, np.max(np.where(on, d, 1.0), axis=1, keepdims=True))  # δ* (R, T)
-        m = np.minimum(1.0, star[:, :, None] * inv_d)  # (R, T, K)
-        tied_slopes = link_slope[:, None, None] * _TIED[:, 0] + star[..., None] * (
-            download_slope[:, None, None] + gather_slope[:, None, None] * _TIED[:, 1]
-        )
-        tied = _kappa(zeta, m, np.broadcast_to(on[:, None, :], m.shape), terms.a, tied_slopes)  # (R, T, 5)
-        tied_kinks = np.stack([np.repeat(kink1[:, :1], k, 1), np.repeat(kink1[:, 1:], k, 1),
-                               (terms.gather_floor / b_bits)[:, None] / star], axis=2)  # fmt: skip
-        families += [
-            (np.minimum(k1[:, :, :, None, None], k2_dev), inf),  # both free
-            (k2_dev[:, None, :, 0], kink1[:, :, None, None, None]),  # link target at a kink, gather free
-            (k1[..., None], kink2[:, None, None, :]),  # link target free, gather target at its kink
-            (inf, np.minimum(kink1[:, :, None], kink2[:, None, :])),  # both at kinks
-            (m[:, :, None, :] * tied[..., None], inf),  # tied, free
-            (inf, m[:, :, None, :] * tied_kinks[..., None]),  # tied, at a kink
-        ]
+    k1 = _kappa(zeta, np.ones(below.shape), below, terms.a, link_slope[:, None, None] * _LINK_SLOPES)
+    group = on[:, None, :] & ~below
+    gather_slopes = download_slope[:, None, None] + gather_slope[:, None, None] * _GATHER_SLOPES
+    k2 = _kappa(zeta, np.broadcast_to(inv_d, group.shape), group, terms.a, gather_slopes)
+    k2_dev = k2[:, :, None, :, None] * (1.0 / d)[:, None, None, None, :]  # κ2/δ_k (R, J, 1, 2, K)
+    star = np.where(on, d, np.max(np.where(on, d, 1.0), axis=1, keepdims=True))  # δ* (R, T)
+    m = np.minimum(1.0, star[:, :, None] * inv_d)  # (R, T, K)
+    tied_slopes = link_slope[:, None, None] * _TIED[:, 0] + star[..., None] * (
+        download_slope[:, None, None] + gather_slope[:, None, None] * _TIED[:, 1]
+    )
+    tied = _kappa(zeta, m, np.broadcast_to(on[:, None, :], m.shape), terms.a, tied_slopes)  # (R, T, 5)
+    tied_kinks = np.stack([np.repeat(kink1[:, :1], k, 1), np.repeat(kink1[:, 1:], k, 1),
+                           (terms.gather_floor / b_bits)[:, None] / star], axis=2)  # fmt: skip
+    families: list[tuple[FloatArray | float, FloatArray | float]] = [
+        (inf, inf),  # every device interior
+        (k1[..., None], inf),  # link target free
+        (inf, kink1[:, :, None]),  # link target at a kink
+        (k2[..., None] * inv_d[:, :, None, :], inf),  # gather target free
+        (inf, kink2[:, None, :]),  # gather target at its kink
+        (np.minimum(k1[:, :, :, None, None], k2_dev), inf),  # both free
+        (k2_dev[:, None, :, 0], kink1[:, :, None, None, None]),  # link target at a kink, gather free
+        (k1[..., None], kink2[:, None, None, :]),  # link target free, gather target at its kink
+        (inf, np.minimum(kink1[:, :, None], kink2[:, None, :])),  # both at kinks
+        (m[:, :, None, :] * tied[..., None], inf),  # tied, free
+        (inf, m[:, :, None, :] * tied_kinks[..., None]),  # tied, at a kink
+    ]
     free, fixed = [], []
     for f, g in families:
         dims = max(np.ndim(f), np.ndim(g), 3)

@@ -135,7 +135,7 @@ def _solve(state: RoundState) -> tuple[Decision, float, int]:
 
 def _alone(pr: RoundProblem, n: int, delta: IntArray, micro: IntArray) -> FloatArray:
     """min over links of V·(R_n + I·T^pipe_n + gather_n) + Σ_k Q_k·E_k for each candidate of cluster n."""
-    single = pr.cluster(n)
+    single = pr.rows(np.array([n]))
     objective = np.concatenate(
         [
             solve_links(single, delta[i : i + CHUNK, None, :], micro[i : i + CHUNK, None])[2]

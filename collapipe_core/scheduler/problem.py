@@ -169,10 +169,6 @@ class RoundProblem:
     def with_queues(self, queues: FloatArray) -> RoundProblem:
         return dataclasses.replace(self, queues=np.asarray(queues, dtype=np.float64))
 
-    def cluster(self, n: int) -> RoundProblem:
-        """Cluster n alone (a one-cluster problem with the same constants)."""
-        return self.rows(np.array([n]))
-
     def rows(self, clusters: IntArray) -> RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
         a batch of independent single-cluster sub-problems solved side by side."""
