@@ -17,14 +17,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.clusters import others_max
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, indexed, joined
 from collapipe_core.scheduler.segment_costs import LinkRows, bandwidth_price, current_links
 from collapipe_core.scheduler.segments import SegmentCosts, best_segments, segment_cost
 
@@ -55,11 +54,6 @@ class Candidates:
     delta: IntArray
     micro: IntArray
     value: FloatArray
-
-    @staticmethod
-    def concatenate(parts: list[Candidates]) -> Candidates:
-        fields = dataclasses.fields(Candidates)
-        return Candidates(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields))
 
     def distinct(self) -> Candidates:
         """Each (owner, M, δ) once, in order of first appearance."""
@@ -121,7 +115,7 @@ def segment_step(
     link_rows = LinkRows.of(rows, delta[cluster], m_rows, beta[cluster], power[cluster], weights, floor)
     parts = [model[name](link_rows) for name in models]
     seed = np.concatenate([incumbent[cluster]] * len(models))
-    found, cost = best_segments(SegmentCosts.concatenate(parts), pr.num_blocks, seed, THRESHOLDS)
+    found, cost = best_segments(joined(parts), pr.num_blocks, seed, THRESHOLDS)
     others = micro.sum() - micro
     convergence = pr.convergence_gain / (m_rows + others[cluster])
     value = cost + np.tile(convergence, len(models))
@@ -164,13 +158,13 @@ def best_moves(
     owner, moved = moves(pr, delta, active)
     parts = []
     for data, row in model_rows:
-        sub = data.take(row[owner])
+        sub = indexed(data, row[owner])
         value = np.where(np.all(moved <= sub.caps, axis=1), segment_cost(sub, moved), np.inf)
         order = np.lexsort((value, owner))  # by cluster, then by cost
         rank = np.arange(order.size) - np.searchsorted(owner[order], owner[order])
         top = order[(rank < MOVES_PER_MODEL) & np.isfinite(value[order])]
         parts.append(Candidates(owner[top], moved[top], micro[owner[top]], value[top]))
-    return Candidates.concatenate(parts)
+    return joined(parts)
 
 
 def candidates(
@@ -196,7 +190,7 @@ def candidates(
     proposed, model_rows = segment_step(pr, solution, solution[0], row_sets, active, explore)
     moved = best_moves(pr, solution, active, model_rows)
     parts = [proposed, moved, staying(pr, solution[1], active, explore)]
-    return Candidates.concatenate(parts).distinct()
+    return joined(parts).distinct()
 
 
 def staying(pr: RoundProblem, micro: IntArray, active: np.ndarray, explore: bool) -> Candidates:

@@ -56,6 +56,8 @@ from collapipe_core.scheduler.problem import (
     RoundProblem,
     build_problem,
     costs,
+    indexed,
+    joined,
     quiet,
     round_objective,
 )
@@ -176,8 +178,8 @@ def _pass(
     clusters, the links coupled again (the new weights)."""
     fresh = candidates(pr, solution, weights, active, explore, wide)
     for c in np.flatnonzero(active):
-        kept[int(c)] = _subset(fresh, fresh.owner == c)
-    cand = Candidates.concatenate([kept[int(c)] for c in range(pr.shape[0]) if int(c) in kept])
+        kept[int(c)] = indexed(fresh, fresh.owner == c)
+    cand = joined([kept[int(c)] for c in range(pr.shape[0]) if int(c) in kept])
     w, v = weights
     own = (w[cand.owner] != 1) | (v[cand.owner] != 1)
     owner = np.concatenate([cand.owner, cand.owner[own]])
@@ -206,10 +208,6 @@ def _estimated(pr: RoundProblem, solution: Solution) -> RoundProblem:
     delta, micro, beta, power = solution
     latency = float(costs(pr, delta, micro, pr.time_per_bit(beta, power), power).latency_s)
     return dataclasses.replace(pr, latency_estimate=latency)
-
-
-def _subset(c: Candidates, mask: np.ndarray) -> Candidates:
-    return Candidates(c.owner[mask], c.delta[mask], c.micro[mask], c.value[mask])
 
 
 def _at_a_maximum(pr: RoundProblem, solution: Solution) -> np.ndarray:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapipe_core.network import BoolArray, FloatArray
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, moved_blocks, quiet, take_last
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, indexed, moved_blocks, quiet, take_last
 
 PRICES = 3
 NEWTON_STEPS = 40
@@ -124,9 +124,9 @@ class _Rows:
 
     def take(self, index: IntArray) -> _Rows:
         """Rows ``index`` (repeats allowed)."""
-        terms = LinkTerms(*(getattr(self.terms, f)[index] for f in LinkTerms.__dataclass_fields__))
         reach = None if self.reach is None else self.reach[index]
-        return _Rows(self.pr.rows(index), terms, self.delta[index], self.pi[index], self.weight[index], reach)
+        arrays = (self.delta[index], self.pi[index], self.weight[index])
+        return _Rows(self.pr.rows(index), indexed(self.terms, index), *arrays, reach)
 
 
 @quiet
@@ -328,8 +328,7 @@ def bandwidth_step(
     free, fixed = _structures(terms, on, d, zeta, p_bits, b_bits)  # (R, C, K)
     u, s = _normalise(zn[:, None, :], on[:, None, :], free, fixed)
     uu = np.where(on[:, None, :], u, 0.0)
-    wide = LinkTerms(*(getattr(terms, f)[:, None] for f in LinkTerms.__dataclass_fields__))
-    cost = latency_cost(wide, d[:, None, :], uu, p_bits, b_bits)
+    cost = latency_cost(indexed(terms, (slice(None), None)), d[:, None, :], uu, p_bits, b_bits)
     cost = np.where(np.all(np.isfinite(uu), axis=-1) & ~np.isnan(cost), cost, np.inf)
     best = np.argmin(cost, axis=1)
     rows = np.arange(rows_count)

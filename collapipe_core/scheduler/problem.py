@@ -39,7 +39,7 @@ import copy
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -49,8 +49,12 @@ from collapipe_core.costmodel.redistribution import holdings, model_transfer_s
 from collapipe_core.network import BoolArray, FloatArray
 from collapipe_core.state import RoundState
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 IntArray = npt.NDArray[np.int64]
 _T = TypeVar("_T", bound=np.generic)
+_D = TypeVar("_D", bound="DataclassInstance")
 
 quiet = np.errstate(divide="ignore", invalid="ignore", over="ignore")
 """A decorator for the solver steps: they mark infeasible candidates with ∞ (and 0·∞ = NaN along the way)
@@ -235,6 +239,20 @@ def take_last(values: npt.NDArray[_T], index: IntArray) -> npt.NDArray[_T]:
     offsets = np.arange(0, math.prod(lead) * width, width).reshape((*lead, 1))
     out: npt.NDArray[_T] = flat[index + offsets]
     return out
+
+
+def indexed(arrays: _D, index: Any) -> _D:
+    """A dataclass of arrays with every field indexed by ``index`` (rows, a mask, new axes)."""
+    fields = dataclasses.fields(arrays)
+    return dataclasses.replace(arrays, **{f.name: getattr(arrays, f.name)[index] for f in fields})
+
+
+def joined(parts: list[_D]) -> _D:
+    """Dataclasses of arrays joined field by field along the first axis."""
+    fields = dataclasses.fields(parts[0])
+    return dataclasses.replace(
+        parts[0], **{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields}
+    )
 
 
 @dataclass(frozen=True, eq=False)

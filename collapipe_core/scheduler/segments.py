@@ -36,7 +36,7 @@ operation over every (row, pair) of a batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -63,15 +63,6 @@ class SegmentCosts:
     stage_b: FloatArray
     gather_floor: FloatArray
     constant: FloatArray  # added to every placement's cost
-
-    def take(self, rows: IntArray) -> SegmentCosts:
-        return SegmentCosts(*(getattr(self, f.name)[rows] for f in fields(self)))
-
-    @staticmethod
-    def concatenate(parts: list[SegmentCosts]) -> SegmentCosts:
-        return SegmentCosts(
-            *(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(SegmentCosts))
-        )
 
 
 def segment_cost(sc: SegmentCosts, delta: IntArray) -> FloatArray:
