@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 
+from collapipe_core.scheduler.problem import indexed
 from collapipe_core.scheduler.segments import SegmentCosts, best_segments, segment_cost
 
 
@@ -43,6 +44,6 @@ def test_dp_matches_brute_force_over_every_composition() -> None:
             if ok.size == 0:
                 assert not np.isfinite(cost[r])
                 continue
-            brute = segment_cost(sc.take(np.full(len(ok), r)), ok).min()
+            brute = segment_cost(indexed(sc, np.full(len(ok), r)), ok).min()
             assert np.isclose(cost[r], brute, rtol=1e-12), (k, L, r)
             assert delta[r].sum() == L and np.all(delta[r] <= sc.caps[r])
