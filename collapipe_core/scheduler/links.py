@@ -5,12 +5,13 @@ each scheduled link's rate as r_k = β_k·W·ℓ(x_k), ℓ(x) = log2(1 + x), x_k
 and u_k = 1/r_k. With weights w, v on the cluster's pipeline and gather times (1 for a lone cluster; the
 cluster step chooses them when clusters are coupled through the maxima), the link-dependent cost is
 
-    Lat(u) = a·Σ_k u_k + c1·[max(c^F, P·z1) + max(c^B, P·z1)] + c2·max(Γ_f, B·z2) + w·V·B·z2,
+    Lat(u) = a·Σ_k u_k + c1·[max(c^F, P·z1) + max(c^B, P·z1)] + c2·B·z2 + w·V·B·z2,
     z1 = max_k u_k,  z2 = max_k δ_k·u_k,  a = 2·w·V·I·P,  c1 = w·V·I·(M − 1),  c2 = v·V,
     c^F = max(c_F, max_k δ_k·a_k),  c^B = max(c_B, 2·max_k δ_k·a_k)
 
-(the last term: the redistribution's download of each device's TEBs, part of the cluster's time R_n; the
-optimizer state of TEBs that change holder is left out here, and counted where every candidate is scored)
+(c2·B·z2: the gather after the iterations; the last term: the redistribution's download of each device's
+TEBs, part of the cluster's time R_n; the optimizer state of TEBs that change holder is left out here, and
+counted where every candidate is scored)
 
 plus the transmit energy Σ_k A_k·x_k/ℓ(x_k), A_k = Q_k·bits_k·N0/h_k, bits_k = 2·I·M·P + δ_k·B, which at a
 fixed SNR does not depend on β. Two blocks alternate:
@@ -22,7 +23,7 @@ u_k = min(F_k, s·min(κ1, κ2/δ_k, √(ζ_k/a))), ζ_k = 1/d_k: bound by the c
 gather target, or interior (water-filling). A free target with slope σ of its term has
 κ² = Σ_B (ζ_k/m_k)/(σ + a·Σ_B m_k) over the devices B binding it (the longest self-consistent prefix by
 ζ_k/m_k²; m_k = 1 for the link target, 1/δ_k for the gather target, min(1, δ*/δ_k) when the two are tied
-at z2 = δ*·z1); a target at a kink of its term (P·z1 = c^F or c^B, B·z2 = Γ_f) is a fixed bound F_k.
+at z2 = δ*·z1); the link target at a kink of its term (P·z1 = c^F or c^B) is a fixed bound F_k.
 The budget Σ_k (1/u_k − c_k)·ζ_k = 1 fixes s in closed form (piecewise linear in 1/s). Every structure —
 which devices bind which target (a threshold on δ, or a tie), each target's slope or kink — is a
 candidate; the cheapest is the exact minimiser. Cost-tied candidates give a range [μ_lo, μ_hi] of prices.
@@ -53,8 +54,6 @@ from collapipe_core.scheduler.problem import IntArray, RoundProblem, indexed, mo
 PRICES = 3
 NEWTON_STEPS = 40
 _LINK_SLOPES = np.array([0.0, 1.0, 2.0])  # σ1 / (c1·P): below, between and above the stage kinks
-_GATHER_SLOPES = np.array([0.0, 1.0])  # σ2 / (c2·B): below and above the gather floor
-_TIED = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [2.0, 0.0], [2.0, 1.0]])  # (σ1, σ2) pairs of a tie
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,7 +66,6 @@ class LinkTerms:
     download: FloatArray  # weight of the redistribution's download B·z2 (the cluster's pipeline weight × V)
     stage_f: FloatArray  # c^F
     stage_b: FloatArray  # c^B
-    gather_floor: FloatArray  # Γ_f, seconds
 
 
 def link_terms(
@@ -76,9 +74,8 @@ def link_terms(
     micro: FloatArray,
     pipeline_weight: FloatArray,
     gather_weight: FloatArray,
-    gather_floor: FloatArray,
 ) -> LinkTerms:
-    """The terms of rows δ (R, K) of problem ``pr`` (device arrays (R, K)), M, w, v, Γ_f (R,)."""
+    """The terms of rows δ (R, K) of problem ``pr`` (device arrays (R, K)), M, w, v (R,)."""
     x = np.max(np.where(delta > 0, delta * pr.compute_s, 0.0), axis=-1)
     return LinkTerms(
         a=2.0 * pipeline_weight * pr.V * pr.iterations * pr.payload_bits,
@@ -87,7 +84,6 @@ def link_terms(
         download=pipeline_weight * pr.V,
         stage_f=np.maximum(pr.chain_max_forward_s, x),
         stage_b=np.maximum(pr.chain_max_backward_s, 2.0 * x),
-        gather_floor=np.asarray(gather_floor, dtype=np.float64),
     )
 
 
@@ -100,10 +96,10 @@ def allocate(
     gather_weight: FloatArray,
     rounds: int = 3,
 ) -> tuple[FloatArray, FloatArray]:
-    """β, p (R, K) of rows of single clusters: cluster (R,), δ (R, K), M, w, v (R,); Γ_f = 0."""
+    """β, p (R, K) of rows of single clusters: cluster (R,), δ (R, K), M, w, v (R,)."""
     rows = pr.rows(cluster)
     m = np.asarray(micro, dtype=np.float64)
-    terms = link_terms(rows, delta, m, pipeline_weight, gather_weight, np.zeros(m.shape))
+    terms = link_terms(rows, delta, m, pipeline_weight, gather_weight)
     into, _ = moved_blocks(rows, delta)
     reach = delta + into * (rows.optimizer_bits / rows.block_bits)  # the download of moved state (δ')
     beta, power, _ = allocate_rows(rows, delta, m, terms, rounds, reach)
@@ -266,7 +262,7 @@ def latency_cost(
     value: FloatArray = (
         terms.a * np.sum(u, axis=-1)
         + terms.c1 * (np.maximum(terms.stage_f, link) + np.maximum(terms.stage_b, link))
-        + terms.c2 * np.maximum(terms.gather_floor, b_bits * z2)
+        + terms.c2 * b_bits * z2
         + terms.download * b_bits * z2_down
     )
     return value
@@ -350,46 +346,37 @@ def _structures(
     """Free factors c_k and fixed bounds F_k (R, C, K) of every KKT structure (∞: none).
 
     Separate targets at a threshold t ∈ {0} ∪ {δ_k} (devices with δ ≤ t may bind the link target, the
-    others the gather target): both free, the link target at a kink with the gather target free, the
-    link target free with the gather target at its kink, both at kinks. Tied targets z2 = δ*·z1 for
-    δ* ∈ {δ_k}: free with slope σ1 + δ*·σ2, or at a kink. Every device is also capped by its interior
-    value √(ζ_k/a). A row without a link term (c1 = 0) or a gather term has no target of that kind free
-    (κ = ∞); its structures at a kink are feasible candidates that cost no less than the optimum."""
+    others the gather target): both free, or the link target at a kink with the gather target free. Tied
+    targets z2 = δ*·z1 for δ* ∈ {δ_k}: free with slope σ1 + δ*·σ2, or at a kink of the link term. Every
+    device is also capped by its interior value √(ζ_k/a). A row without a link term (c1 = 0) or a gather
+    term has no target of that kind free (κ = ∞); its structures at a kink are feasible candidates that
+    cost no less than the optimum."""
     rows, k = on.shape
-    link_slope, gather_slope, download_slope = terms.c1 * p_bits, terms.c2 * b_bits, terms.download * b_bits
-    a = terms.a + 1e-12 * (link_slope + gather_slope + download_slope) + 1e-300
+    link_slope, gather_slope = terms.c1 * p_bits, (terms.c2 + terms.download) * b_bits
+    a = terms.a + 1e-12 * (link_slope + gather_slope) + 1e-300
     interior = np.where(on, np.sqrt(zeta / a[:, None]), np.inf)
     inf = np.inf
     kink1 = np.stack([terms.stage_f, terms.stage_b], axis=1) / p_bits  # (R, 2)
-    kink2 = (terms.gather_floor / b_bits)[:, None] / d  # Γ_f/(B·δ_k) (R, K)
     threshold = np.concatenate([np.zeros((rows, 1)), np.where(on, d, np.inf)], axis=1)  # (R, J)
     below = on[:, None, :] & (d[:, None, :] <= threshold[:, :, None])  # (R, J, K)
     inv_d = (1.0 / d)[:, None, :]
     k1 = _kappa(zeta, np.ones(below.shape), below, terms.a, link_slope[:, None, None] * _LINK_SLOPES)
     group = on[:, None, :] & ~below
-    gather_slopes = download_slope[:, None, None] + gather_slope[:, None, None] * _GATHER_SLOPES
-    k2 = _kappa(zeta, np.broadcast_to(inv_d, group.shape), group, terms.a, gather_slopes)
-    k2_dev = k2[:, :, None, :, None] * (1.0 / d)[:, None, None, None, :]  # κ2/δ_k (R, J, 1, 2, K)
+    k2 = _kappa(zeta, np.broadcast_to(inv_d, group.shape), group, terms.a, gather_slope[:, None, None])
+    k2_dev = k2 * inv_d  # κ2/δ_k (R, J, K)
     star = np.where(on, d, np.max(np.where(on, d, 1.0), axis=1, keepdims=True))  # δ* (R, T)
     m = np.minimum(1.0, star[:, :, None] * inv_d)  # (R, T, K)
-    tied_slopes = link_slope[:, None, None] * _TIED[:, 0] + star[..., None] * (
-        download_slope[:, None, None] + gather_slope[:, None, None] * _TIED[:, 1]
-    )
-    tied = _kappa(zeta, m, np.broadcast_to(on[:, None, :], m.shape), terms.a, tied_slopes)  # (R, T, 5)
-    tied_kinks = np.stack([np.repeat(kink1[:, :1], k, 1), np.repeat(kink1[:, 1:], k, 1),
-                           (terms.gather_floor / b_bits)[:, None] / star], axis=2)  # fmt: skip
+    tied_slopes = link_slope[:, None, None] * _LINK_SLOPES + star[..., None] * gather_slope[:, None, None]
+    tied = _kappa(zeta, m, np.broadcast_to(on[:, None, :], m.shape), terms.a, tied_slopes)  # (R, T, 3)
     families: list[tuple[FloatArray | float, FloatArray | float]] = [
         (inf, inf),  # every device interior
         (k1[..., None], inf),  # link target free
         (inf, kink1[:, :, None]),  # link target at a kink
-        (k2[..., None] * inv_d[:, :, None, :], inf),  # gather target free
-        (inf, kink2[:, None, :]),  # gather target at its kink
-        (np.minimum(k1[:, :, :, None, None], k2_dev), inf),  # both free
-        (k2_dev[:, None, :, 0], kink1[:, :, None, None, None]),  # link target at a kink, gather free
-        (k1[..., None], kink2[:, None, None, :]),  # link target free, gather target at its kink
-        (inf, np.minimum(kink1[:, :, None], kink2[:, None, :])),  # both at kinks
+        (k2_dev, inf),  # gather target free
+        (np.minimum(k1[..., None], k2_dev[:, :, None]), inf),  # both free
+        (k2_dev[:, None], kink1[:, :, None, None]),  # link target at a kink, gather free
         (m[:, :, None, :] * tied[..., None], inf),  # tied, free
-        (inf, m[:, :, None, :] * tied_kinks[..., None]),  # tied, at a kink
+        (inf, m[:, :, None, :] * kink1[:, None, :, None]),  # tied, the link target at a kink
     ]
     free, fixed = [], []
     for f, g in families:

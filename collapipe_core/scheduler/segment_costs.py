@@ -106,23 +106,15 @@ def current_links(rows: LinkRows) -> SegmentCosts:
 @quiet
 def bandwidth_price(rows: LinkRows) -> SegmentCosts:
     """The segment data of ``rows`` under bandwidth at a price."""
-    pr, delta, micro, beta, power, w, v = (
-        rows.pr,
-        rows.delta,
-        rows.micro,
-        rows.beta,
-        rows.power,
-        rows.w,
-        rows.v,
-    )
+    pr, delta, beta, power, w, v = rows.pr, rows.delta, rows.beta, rows.power, rows.w, rows.v
     on = delta > 0
     snr = np.where(
         pr.available, power * pr.gain / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * pr.noise_w_per_hz), 1.0
     )
     zeta = 1.0 / (pr.bandwidth_hz * np.log2(1.0 + np.maximum(snr, 1e-12)))
     u_now = np.where(on, zeta / np.maximum(beta, 1e-300), 0.0)
-    m = micro.astype(np.float64)
-    terms = link_terms(pr, delta, m, w, v, np.zeros(m.size))
+    m = rows.micro.astype(np.float64)
+    terms = link_terms(pr, delta, m, w, v)
     rate_slope = np.where(on, 1.0 / zeta, 1.0)
     _, bracket = bandwidth_step(
         terms, delta, np.zeros(beta.shape), rate_slope, pr.payload_bits, pr.block_bits
@@ -147,7 +139,7 @@ def bandwidth_price(rows: LinkRows) -> SegmentCosts:
     return SegmentCosts(
         cost=cost,
         gather_s=pr.block_bits * d * u,
-        caps=pr.memory_caps(micro),
+        caps=pr.memory_caps(rows.micro),
         compute_s=pr.compute_s,
         link_s=np.broadcast_to(pr.payload_bits * z1[:, :, 0], delta.shape),
         c1=w * pr.V * pr.iterations * (m - 1.0),
