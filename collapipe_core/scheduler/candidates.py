@@ -95,21 +95,17 @@ def segment_step(
     n, _k = pr.shape
     mine = np.flatnonzero(active)
     every = micro_candidates(pr, micro, mine, explore)
-    groups = [every if s.every_micro else (mine, micro[mine]) for s in row_sets]
-    cluster = np.concatenate([c for c, _ in groups])
-    m_rows = np.concatenate([m for _, m in groups])
+    sets = []  # per row set: clusters, M, weights w and v, whether the gather floor applies
+    for s in row_sets:
+        c, m = every if s.every_micro else (mine, micro[mine])
+        sets.append((c, m, s.pipeline_weight[c], s.gather_weight[c], np.full(c.size, s.gather_floor)))
+    cluster, m_rows, w, v, use_floor = (np.concatenate(x) for x in zip(*sets, strict=True))
     factor = pr.latency_factor(m_rows + micro.sum() - micro[cluster])  # the penalty's weight of T, ÷ V
-    weights = (
-        np.concatenate([s.pipeline_weight[c] for s, (c, _) in zip(row_sets, groups, strict=True)]) * factor,
-        np.concatenate([s.gather_weight[c] for s, (c, _) in zip(row_sets, groups, strict=True)]) * factor,
-    )
+    weights = (w * factor, v * factor)
     floor = np.zeros(cluster.size)
     if n > 1:
         gather = costs(pr, delta, micro, pr.time_per_bit(beta, power), power).gather_s
-        use = np.concatenate(
-            [np.full(c.size, s.gather_floor) for s, (c, _) in zip(row_sets, groups, strict=True)]
-        )
-        floor = np.where(use, others_max(gather)[cluster], 0.0)
+        floor = np.where(use_floor, others_max(gather)[cluster], 0.0)
     rows = pr.rows(cluster)
     model = {"current": current_links, "price": bandwidth_price}
     link_rows = LinkRows.of(rows, delta[cluster], m_rows, beta[cluster], power[cluster], weights, floor)

@@ -36,8 +36,10 @@ A round where no placement fits in memory is refused with a ValueError naming th
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray, device_id
@@ -181,15 +183,11 @@ def _pass(
         kept[int(c)] = indexed(fresh, fresh.owner == c)
     cand = joined([kept[int(c)] for c in range(pr.shape[0]) if int(c) in kept])
     w, v = weights
-    own = (w[cand.owner] != 1) | (v[cand.owner] != 1)
-    owner = np.concatenate([cand.owner, cand.owner[own]])
-    delta, micro = (
-        np.concatenate([cand.delta, cand.delta[own]]),
-        np.concatenate([cand.micro, cand.micro[own]]),
-    )
-    ones = np.ones(cand.owner.size)
-    pipeline_w = np.concatenate([ones, w[cand.owner[own]]])
-    gather_w = np.concatenate([ones, v[cand.owner[own]]])
+    own = np.flatnonzero((w[cand.owner] != 1) | (v[cand.owner] != 1))  # also under the cluster's weights
+    rows = np.concatenate([np.arange(cand.owner.size), own])
+    owner, delta, micro = cand.owner[rows], cand.delta[rows], cand.micro[rows]
+    pipeline_w = np.where(rows == np.arange(rows.size), 1.0, w[owner])
+    gather_w = np.where(rows == np.arange(rows.size), 1.0, v[owner])
     total = micro + solution[1].sum() - solution[1][owner]
     beta, power = cache.links(owner, delta, micro, pipeline_w, gather_w, 2, total)
     new = _accept(pr, solution, owner, (delta, micro, beta, power))
@@ -263,10 +261,10 @@ def _single_changes(pr: RoundProblem, now: Figures, new: Figures, owner: IntArra
 def _replaced(solution: Solution, cand: Solution, owner: IntArray, which: IntArray) -> Solution:
     """Solutions (S, ...): the current one with cluster owner[i]'s part replaced by candidate i, i ∈ which."""
     at = (np.arange(which.size), owner[which])
-    delta, micro = np.repeat(solution[0][None], which.size, 0), np.repeat(solution[1][None], which.size, 0)
-    beta, power = np.repeat(solution[2][None], which.size, 0), np.repeat(solution[3][None], which.size, 0)
-    delta[at], micro[at], beta[at], power[at] = cand[0][which], cand[1][which], cand[2][which], cand[3][which]
-    return delta, micro, beta, power
+    parts: list[npt.NDArray[Any]] = [np.repeat(x[None], which.size, 0) for x in solution]
+    for part, option in zip(parts, cand, strict=True):
+        part[at] = option[which]
+    return parts[0], parts[1], parts[2], parts[3]
 
 
 def _selected(
@@ -287,15 +285,11 @@ def _selected(
     pick = select(pr, *menus)[0]
     index = np.full(menus[0].shape[1:], -1)
     index[slot, owner] = np.arange(owner.size)
-    delta, micro, beta, power = solution[0].copy(), solution[1].copy(), solution[2].copy(), solution[3].copy()
     changed = np.flatnonzero(pick > 0)
-    which = index[pick[changed], changed]
-    delta[changed], micro[changed], beta[changed], power[changed] = (
-        cand[0][which],
-        cand[1][which],
-        cand[2][which],
-        cand[3][which],
-    )
+    parts: list[npt.NDArray[Any]] = [x.copy() for x in solution]
+    for part, chosen in zip(parts, cand, strict=True):
+        part[changed] = chosen[index[pick[changed], changed]]
+    delta, micro, beta, power = parts
     joint = _micro_step(pr, delta[None], beta[None], power[None])[0]
     return [(delta, micro, beta, power), (delta, joint, beta, power)]
 

@@ -96,11 +96,6 @@ class Previous:
             delta=np.asarray(before.num_blocks, dtype=np.int64) if before.mode == "pipeline" else None,
         )
 
-    def rows(self, clusters: IntArray) -> Previous:
-        at, delta = clusters, self.delta
-        rows = (self.held[at], self.sender[at], self.time_per_bit[at], self.power_w[at])
-        return Previous(*rows, None if delta is None else delta[at])
-
 
 @dataclass(frozen=True, eq=False)
 class RoundProblem:
@@ -176,10 +171,11 @@ class RoundProblem:
     def rows(self, clusters: IntArray) -> RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
         a batch of independent single-cluster sub-problems solved side by side."""
+        previous = None if self.previous is None else indexed(self.previous, clusters)
         rows = copy.copy(self)
         for name in DEVICE_FIELDS:
             object.__setattr__(rows, name, getattr(self, name)[clusters])
-        object.__setattr__(rows, "previous", None if self.previous is None else self.previous.rows(clusters))
+        object.__setattr__(rows, "previous", previous)
         return rows
 
     def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
@@ -242,9 +238,9 @@ def take_last(values: npt.NDArray[_T], index: IntArray) -> npt.NDArray[_T]:
 
 
 def indexed(arrays: _D, index: Any) -> _D:
-    """A dataclass of arrays with every field indexed by ``index`` (rows, a mask, new axes)."""
-    fields = dataclasses.fields(arrays)
-    return dataclasses.replace(arrays, **{f.name: getattr(arrays, f.name)[index] for f in fields})
+    """A dataclass of arrays with every field indexed by ``index`` (rows, a mask, new axes); None stays."""
+    values = {f.name: getattr(arrays, f.name) for f in dataclasses.fields(arrays)}
+    return dataclasses.replace(arrays, **{k: v if v is None else v[index] for k, v in values.items()})
 
 
 def joined(parts: list[_D]) -> _D:
