@@ -12,16 +12,9 @@ from collapipe_core.state import RoundState
 
 
 def equal_split(num_blocks: int, available: np.ndarray) -> np.ndarray:
-    """δ per device: num_blocks spread as evenly as possible over the available devices, in order."""
-    delta = np.zeros(available.shape, dtype=np.int64)
-    slots = np.flatnonzero(available)
-    if slots.size == 0:
-        return delta
-    slots = slots[: min(slots.size, num_blocks)]
-    base, extra = divmod(num_blocks, slots.size)
-    delta[slots] = base
-    delta[slots[:extra]] += 1
-    return delta
+    """δ per device: num_blocks spread as evenly as possible over the available devices, in order (the
+    first ones take the remainder)."""
+    return proportional_split(num_blocks, available.astype(np.float64), np.full(available.shape, num_blocks))
 
 
 def equal_bandwidth_max_power(state: RoundState, delta: np.ndarray) -> tuple[FloatArray, FloatArray]:

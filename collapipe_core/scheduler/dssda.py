@@ -78,7 +78,7 @@ def solve(state: RoundState, use_queues: bool = True) -> tuple[Decision, float]:
     """DSSDA's decision for ``state`` and its objective (queues set to 0 when ``use_queues`` is False)."""
     pr = build_problem(state)
     if not use_queues:
-        pr = pr.with_queues(np.zeros(pr.shape))
+        pr = dataclasses.replace(pr, queues=np.zeros(pr.shape))
     check_memory(pr)
     return _solve(pr)
 

@@ -151,22 +151,17 @@ class RoundProblem:
         """The penalty's weight of the latency at Σ_n M_n, relative to V: 1 (``variance``) or
         1 + B_noise/(b·Σ M) (``noise_scale``); the link step and the segment DP scale their weights by it."""
         total = np.asarray(total_micro, dtype=np.float64)
-        factor: FloatArray = (
-            (penalty(self, np.ones(total.shape), total) - penalty(self, np.zeros(total.shape), total))
-            / self.V
-            if self.V > 0
-            else np.ones(total.shape)
-        )
-        return factor
+        if self.V <= 0:
+            return np.ones(total.shape)
+        return (
+            penalty(self, np.ones(total.shape), total) - penalty(self, np.zeros(total.shape), total)
+        ) / self.V
 
     @property
     def snr_scale(self) -> FloatArray:
         """π_k = p_max·h_k/(W·N0): the SNR of device k at full power on the whole band (N, K)."""
         scale: FloatArray = self.max_power_w * self.gain / (self.bandwidth_hz * self.noise_w_per_hz)
         return scale
-
-    def with_queues(self, queues: FloatArray) -> RoundProblem:
-        return dataclasses.replace(self, queues=np.asarray(queues, dtype=np.float64))
 
     def rows(self, clusters: IntArray) -> RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
@@ -255,7 +250,6 @@ def joined(parts: list[_D]) -> _D:
 class Costs:
     """The closed-form figures of a batch of decisions (leading dims ``...``)."""
 
-    pipeline_s: FloatArray  # (..., N) T^pipe_n, one iteration
     train_s: FloatArray  # (..., N) R_n + I·T^pipe_n: the redistribution, then the iterations
     latency_s: FloatArray  # (...) T = max_n (R_n + I·T^pipe_n) + U + max_n gather_n
     gather_s: FloatArray  # (..., N) max_k δ_k·B·u_k (A_n without the upload)
@@ -334,7 +328,7 @@ def costs(
     weighted = np.sum(pr.queues * energy, axis=-1)
     train = redistribution + pr.iterations * pipeline
     objective = round_objective(pr, train, gather, weighted, m)
-    return Costs(pipeline, train, round_latency(pr, train, gather), gather, energy, objective)
+    return Costs(train, round_latency(pr, train, gather), gather, energy, objective)
 
 
 def moved_blocks(pr: RoundProblem, delta: IntArray) -> tuple[FloatArray, FloatArray]:

@@ -3,6 +3,8 @@ against the exact (log-barrier) allocation of ``optimal``."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from collapipe_core.scheduler.links import LinkTerms, allocate_rows, bandwidth_step, link_terms, solve_foc
@@ -99,8 +101,8 @@ def test_a_costly_queue_lowers_the_link_power() -> None:
     pr = build_problem(random_instance(4))
     delta, micro = cluster_candidates(pr, 0)
     d, m = delta[:1], micro[:1]
-    calm = _allocate(pr.with_queues(np.zeros(pr.shape)), d, m)[1]
-    busy = _allocate(pr.with_queues(np.full(pr.shape, 1e6)), d, m)[1]
+    calm = _allocate(dataclasses.replace(pr, queues=np.zeros(pr.shape)), d, m)[1]
+    busy = _allocate(dataclasses.replace(pr, queues=np.full(pr.shape, 1e6)), d, m)[1]
     on = d > 0
     assert np.allclose(calm[on], np.broadcast_to(pr.max_power_w, on.shape)[on])  # free energy: full power
     assert np.all(busy[on] < calm[on])
