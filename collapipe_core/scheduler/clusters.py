@@ -108,14 +108,9 @@ def coupled_links(
     cache: LinkCache, delta: IntArray, micro: IntArray, rounds: int, weights: tuple[float, ...] = WEIGHTS
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """β, p (S, N, K) for δ (S, N, K), M (S, N): each cluster's option of the menu chosen by :func:`select`
-    (with one cluster, or a one-weight menu, the weights (1, 1)); also the chosen weights w, v (S, N)."""
-    s_count, n, k = delta.shape
-    if n == 1 or len(weights) == 1:
-        ones = np.ones(s_count * n)
-        cluster = np.broadcast_to(np.arange(n), (s_count, n)).reshape(-1)
-        total = np.repeat(micro.sum(axis=1), n)
-        beta, power = cache.links(cluster, delta.reshape(-1, k), micro.reshape(-1), ones, ones, rounds, total)
-        return beta.reshape(delta.shape), power.reshape(delta.shape), ones.reshape(-1, n), ones.reshape(-1, n)
+    (a lone cluster's: the weights (1, 1)); also the chosen weights w, v (S, N)."""
+    if delta.shape[1] == 1:  # a lone cluster's weights are (1, 1)
+        weights = (1.0,)
     opt = options(cache, delta, micro, weights, rounds)
     pick = select(cache.problem, opt.pipe, opt.gather, opt.energy)  # (S, N)
     index = pick[:, None, :, None]
