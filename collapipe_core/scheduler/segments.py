@@ -247,17 +247,20 @@ def _dp(
         new, pick, from_start = np.minimum(dp, start), np.where(start < dp, j, 0), start < dp
         width = int(cap.max()) if step > 0 else 0
         if width > 0:
-            # continuations: dp[j − d] + c(d), d = 1..width, as windows of dp padded with ∞ on the left
+            # continuations: dp[j − d] + c(d), d = 1..width, as windows of dp padded with ∞ on the left; at
+            # the last device only j = L, the one entry the result reads
+            lo = L if step == k - 1 else 0
             padded = np.concatenate([np.full((batch, width), np.inf), dp], axis=1)
             windows = sliding_window_view(padded, width, axis=1)[
-                :, : L + 1
-            ]  # (B, L + 1, width): dp[j − width + i]
+                :, lo : L + 1
+            ]  # (B, J, width): dp[j − width + i]
             total = windows + cost[:, None, width - 1 :: -1]  # i ↔ d = width − i
             i = np.argmin(total, axis=2)
-            cont = np.take_along_axis(total, i[..., None], axis=2)[..., 0]
+            cont = np.full(new.shape, np.inf)
+            cont[:, lo:] = np.take_along_axis(total, i[..., None], axis=2)[..., 0]
             use = cont < new
             new = np.where(use, cont, new)
-            pick = np.where(use, width - i, pick)
+            pick[:, lo:] = np.where(use[:, lo:], width - i, pick[:, lo:])
             from_start = from_start & ~use
         changed = new < dp
         choice[step] = np.where(changed, pick, 0)
