@@ -18,8 +18,6 @@ simultaneous best responses (each cluster given the others' maxima, four sweeps,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from collapipe_core.network import FloatArray
@@ -66,24 +64,15 @@ class LinkCache:
         return np.stack([self._links[k][0] for k in keys]), np.stack([self._links[k][1] for k in keys])
 
 
-@dataclass(frozen=True, eq=False)
-class Options:
-    """Each cluster's links under each weight pair of a menu, and what they cost."""
-
-    beta: FloatArray  # (..., W, N, K)
-    power: FloatArray  # (..., W, N, K)
-    pipe: FloatArray  # (..., W, N) R_n + I·T^pipe_n
-    gather: FloatArray  # (..., W, N)
-    energy: FloatArray  # (..., W, N) Σ_k Q_k·E_k
-
-
 @quiet
-def options(
-    cache: LinkCache, delta: IntArray, micro: IntArray, weights: tuple[float, ...], rounds: int
-) -> Options:
-    """Links of every cluster of δ (S, N, K), M (S, N) for each pair (w, v) ∈ weights²."""
+def coupled_links(
+    cache: LinkCache, delta: IntArray, micro: IntArray, rounds: int, weights: tuple[float, ...] = WEIGHTS
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """β, p (S, N, K) for δ (S, N, K), M (S, N): each cluster's links solved for every pair (w, v) ∈ weights²
+    and one option per cluster chosen by :func:`select` (a lone cluster's: the weights (1, 1)); also the
+    chosen weights w, v (S, N)."""
     pr = cache.problem
-    w = np.array(weights)
+    w = np.array((1.0,) if delta.shape[1] == 1 else weights)
     pipe_w, gather_w = np.repeat(w, w.size), np.tile(w, w.size)  # the menu, (W,)
     s_count, n, k = delta.shape
     shape = (s_count, pipe_w.size, n)
@@ -100,24 +89,11 @@ def options(
     )
     beta, power = beta.reshape(d.shape), power.reshape(d.shape)
     c = costs(pr, d, m, pr.time_per_bit(beta, power), power)
-    energy = np.sum(pr.queues * c.energy_j, axis=-1)
-    return Options(beta, power, c.train_s, c.gather_s, energy)
-
-
-def coupled_links(
-    cache: LinkCache, delta: IntArray, micro: IntArray, rounds: int, weights: tuple[float, ...] = WEIGHTS
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """β, p (S, N, K) for δ (S, N, K), M (S, N): each cluster's option of the menu chosen by :func:`select`
-    (a lone cluster's: the weights (1, 1)); also the chosen weights w, v (S, N)."""
-    if delta.shape[1] == 1:  # a lone cluster's weights are (1, 1)
-        weights = (1.0,)
-    opt = options(cache, delta, micro, weights, rounds)
-    pick = select(cache.problem, opt.pipe, opt.gather, opt.energy)  # (S, N)
+    pick = select(pr, c.train_s, c.gather_s, np.sum(pr.queues * c.energy_j, axis=-1))  # (S, N)
     index = pick[:, None, :, None]
-    w = np.array(weights)
     return (
-        np.take_along_axis(opt.beta, index, axis=1)[:, 0],
-        np.take_along_axis(opt.power, index, axis=1)[:, 0],
+        np.take_along_axis(beta, index, axis=1)[:, 0],
+        np.take_along_axis(power, index, axis=1)[:, 0],
         w[pick // w.size],
         w[pick % w.size],
     )

@@ -87,6 +87,25 @@ def link_terms(
     )
 
 
+@dataclass(frozen=True, eq=False)
+class _Rows:
+    """The link problems of rows (device arrays (R, K)): the problem's rows, the terms, δ, π_k (0 where
+    δ = 0), the transmit-energy weights A_k and the download's reach δ'."""
+
+    pr: RoundProblem
+    terms: LinkTerms
+    delta: FloatArray
+    pi: FloatArray
+    weight: FloatArray
+    reach: FloatArray
+
+    def take(self, index: IntArray) -> _Rows:
+        """Rows ``index`` (repeats allowed)."""
+        arrays = (self.delta[index], self.pi[index], self.weight[index], self.reach[index])
+        return _Rows(self.pr.rows(index), indexed(self.terms, index), *arrays)
+
+
+@quiet
 def allocate(
     pr: RoundProblem,
     cluster: IntArray,
@@ -96,52 +115,19 @@ def allocate(
     gather_weight: FloatArray,
     rounds: int = 3,
 ) -> tuple[FloatArray, FloatArray]:
-    """β, p (R, K) of rows of single clusters: cluster (R,), δ (R, K), M, w, v (R,)."""
-    rows = pr.rows(cluster)
+    """β, p (R, K) of rows of single clusters (cluster (R,), δ (R, K), M, w, v (R,)), from equal shares at
+    full power, by ``rounds`` rounds of the power and bandwidth steps (module docstring). The bandwidth
+    steps see the redistribution's download at δ (the module docstring's Lat: its KKT structures have one
+    maximum of δ_k·u_k, the gather's); every iterate is scored with it at δ'_k = δ_k + in_k·B_opt/B (the
+    moved optimizer state it also sends), and the best is kept."""
+    pr = pr.rows(cluster)
     m = np.asarray(micro, dtype=np.float64)
-    terms = link_terms(rows, delta, m, pipeline_weight, gather_weight)
-    into, _ = moved_blocks(rows, delta)
-    reach = delta + into * (rows.optimizer_bits / rows.block_bits)  # the download of moved state (δ')
-    beta, power, _ = allocate_rows(rows, delta, m, terms, rounds, reach)
-    return beta, power
-
-
-@dataclass(frozen=True, eq=False)
-class _Rows:
-    """The link problems of rows (device arrays (R, K)): the problem's rows, the terms, δ, π_k (0 where
-    δ = 0), the transmit-energy weights A_k and the download's reach δ' (None: δ)."""
-
-    pr: RoundProblem
-    terms: LinkTerms
-    delta: FloatArray
-    pi: FloatArray
-    weight: FloatArray
-    reach: FloatArray | None
-
-    def take(self, index: IntArray) -> _Rows:
-        """Rows ``index`` (repeats allowed)."""
-        reach = None if self.reach is None else self.reach[index]
-        arrays = (self.delta[index], self.pi[index], self.weight[index])
-        return _Rows(self.pr.rows(index), indexed(self.terms, index), *arrays, reach)
-
-
-@quiet
-def allocate_rows(
-    pr: RoundProblem,
-    segments: IntArray,
-    micro: FloatArray,
-    terms: LinkTerms,
-    rounds: int,
-    reach: FloatArray | None = None,
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """β, p (R, K) and the score of each row (device arrays of ``pr`` (R, K)), from equal shares at full
-    power, by ``rounds`` rounds of the power and bandwidth steps (module docstring). ``reach`` (R, K): the
-    δ'_k = δ_k + in_k·B_opt/B of the redistribution's download when it sends moved optimizer state; the
-    bandwidth steps see the download at δ (the module docstring's Lat: its KKT structures have one maximum
-    of δ_k·u_k, the gather's), every iterate is scored with it at δ', and the best is kept."""
-    delta = segments.astype(np.float64)
+    terms = link_terms(pr, delta, m, pipeline_weight, gather_weight)
+    into, _ = moved_blocks(pr, delta)
+    reach = delta + into * (pr.optimizer_bits / pr.block_bits)
+    delta = delta.astype(np.float64)
     on = delta > 0
-    bits = 2.0 * pr.iterations * micro[:, None] * pr.payload_bits + segments * pr.block_bits
+    bits = 2.0 * pr.iterations * m[:, None] * pr.payload_bits + delta * pr.block_bits
     weight = np.where(on, pr.queues * bits * pr.noise_w_per_hz / pr.gain, 0.0)
     lp = _Rows(pr, terms, delta, np.where(on, pr.snr_scale, 0.0), weight, reach)
     beta = np.where(on, 1.0 / np.maximum(on.sum(axis=-1, keepdims=True), 1), 0.0)
@@ -168,7 +154,7 @@ def allocate_rows(
                 break
     value, beta, x = best
     power = np.where(on, beta * pr.bandwidth_hz * pr.noise_w_per_hz * x / pr.gain, 0.0)
-    return beta, np.minimum(power, pr.max_power_w), value
+    return beta, np.minimum(power, pr.max_power_w)
 
 
 def _round(
@@ -235,7 +221,7 @@ def _trial(
 @quiet
 def score(lp: _Rows, beta: FloatArray, x: FloatArray) -> FloatArray:
     """Lat(u) + Σ_k A_k·x_k/ℓ(x_k) per row (∞ where a scheduled link has no rate); the download's maximum
-    at the reach δ' (with moved optimizer state) where given."""
+    at the reach δ' (with moved optimizer state)."""
     pr, on = lp.pr, lp.delta > 0
     ell = np.log2(1.0 + np.maximum(x, 1e-300))
     u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * ell), 0.0)

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from collapipe_core.scheduler.links import LinkTerms, allocate_rows, bandwidth_step, link_terms, solve_foc
+from collapipe_core.scheduler.links import LinkTerms, allocate, bandwidth_step, solve_foc
 from collapipe_core.scheduler.optimal import cluster_candidates
 from collapipe_core.scheduler.optimal_links import solve_links
 from collapipe_core.scheduler.problem import RoundProblem, build_problem, costs
@@ -67,11 +67,8 @@ def test_power_foc_solution_satisfies_its_equation() -> None:
 def _allocate(
     pr: RoundProblem, delta: np.ndarray, micro: np.ndarray, rounds: int = 4
 ) -> tuple[np.ndarray, np.ndarray]:
-    rows = pr.rows(np.zeros(delta.shape[0], dtype=np.int64))
-    m = micro.astype(float)
-    one = np.ones(m.shape)
-    beta, power, _ = allocate_rows(rows, delta, m, link_terms(rows, delta, m, one, one), rounds)
-    return beta, power
+    one = np.ones(micro.shape)
+    return allocate(pr, np.zeros(delta.shape[0], dtype=np.int64), delta, micro, one, one, rounds)
 
 
 def test_links_are_within_a_fraction_of_a_percent_of_the_exact_allocation() -> None:
