@@ -8,9 +8,10 @@ pipeline and gather times its links minimise w_n·V·(R_n + I·T^pipe_n) + v_n·
 step, rows of single clusters); at the joint optimum the weights of the clusters at each maximum sum to one
 and the others' are zero. Each cluster's links are solved for every pair (w, v) of a menu, then
 :func:`select` chooses one option per cluster to minimise J
-(:func:`~collapipe_core.scheduler.problem.round_objective`): over every combination when there are few (W^N
-≤ 20,000); else, for up to four clusters, exactly by enumerating the levels (Π̄, Ā) of the two maxima among
-the options' values (under a level pair each cluster takes its cheapest option within both); beyond, by
+(:func:`~collapipe_core.scheduler.problem.round_objective`): when (W·N)³ ≤ 4,000,000 by enumerating the
+levels (Π̄, Ā) of the two maxima among the options' values (under a level pair each cluster takes its
+cheapest option within both: exact when every option has the same M, else with a few prices of a
+micro-batch); beyond, the better of the levels nearest the lowest feasible ones and
 simultaneous best responses (each cluster given the others' maxima, four sweeps, the best assignment kept).
 
 :class:`LinkCache` solves each distinct single-cluster link problem of a round once.
@@ -25,7 +26,6 @@ from collapipe_core.scheduler.links import allocate
 from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet, round_objective
 
 WEIGHTS = (1.0, 0.5, 0.25, 0.1, 0.03, 0.0)
-PRODUCT_LIMIT = 20_000
 LEVELS_LIMIT = 4_000_000  # (levels² · options) elements of the exact level search
 SWEEPS = 4
 
@@ -144,17 +144,6 @@ def _select(
     s_count, w, n = pipe.shape
     if w == 1:  # one undominated option per cluster
         return np.zeros((s_count, n), dtype=np.int64)
-    if w**n <= PRODUCT_LIMIT:
-        combos = np.stack(np.unravel_index(np.arange(w**n), (w,) * n), axis=1)  # (W^N, N)
-        columns = np.arange(n)
-        value = round_objective(
-            pr,
-            pipe[:, combos, columns],
-            gather[:, combos, columns],
-            energy[:, combos, columns],
-            m[:, combos, columns],
-        )
-        return np.asarray(combos[np.argmin(value, axis=1)], dtype=np.int64)
     levels_p, levels_g = pipe.reshape(pipe.shape[0], -1), gather.reshape(gather.shape[0], -1)
     if (w * n) ** 2 * w * n <= LEVELS_LIMIT:
         return _levels(pr, pipe, gather, energy, m, levels_p, levels_g)

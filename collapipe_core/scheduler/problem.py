@@ -35,7 +35,6 @@ one place that lists the objective's terms (every solver step scores with these 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -167,11 +166,8 @@ class RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
         a batch of independent single-cluster sub-problems solved side by side."""
         previous = None if self.previous is None else indexed(self.previous, clusters)
-        rows = copy.copy(self)
-        for name in DEVICE_FIELDS:
-            object.__setattr__(rows, name, getattr(self, name)[clusters])
-        object.__setattr__(rows, "previous", previous)
-        return rows
+        devices = {name: getattr(self, name)[clusters] for name in DEVICE_FIELDS}
+        return dataclasses.replace(self, previous=previous, **devices)
 
     def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
         """Most TEBs each device can hold with M micro-batches (``micro`` broadcasts against (..., N)).

@@ -56,7 +56,6 @@ def test_the_cluster_selection_matches_every_combination(
 ) -> None:
     """The level search is exact for the maxima (the convergence term by prices of a micro-batch); best
     responses never end above their start."""
-    monkeypatch.setattr(clusters, "PRODUCT_LIMIT", 0)
     if method == "best responses":
         monkeypatch.setattr(clusters, "LEVELS_LIMIT", 0)
     rng = np.random.default_rng(7)
