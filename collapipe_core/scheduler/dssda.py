@@ -24,8 +24,8 @@ With the noise-scale convergence term (``problem.penalty``), each pass's steps w
 the latency of the solution it starts from (T̂); every candidate is scored exactly. The first pass
 explores every candidate M, later ones M ± 1 around each cluster's. Passes repeat until one over every
 cluster no longer lowers J by more than 1e-5 (relative); after an improving pass only the clusters that
-changed or sit at a maximum get new candidates. The descent works in the narrow neighbourhood (fewer row
-sets) first and widens when it converges (back to narrow after an improvement); its result is polished:
+changed or sit at a maximum get new candidates. The descent works with the narrow row sets (fewer of
+them) first and widens when it converges (back to narrow after an improvement); its result is polished:
 M for its links, the links coupled with a finer weight menu, then M_n ± 1 of one cluster at a time with
 the links coupled again. ``Decision.solver_iterations`` counts the passes.
 A round where no placement fits in memory is refused with a ValueError naming the devices and shortfall.
@@ -68,7 +68,7 @@ from collapipe_core.state import RoundState
 TOLERANCE = 1e-5  # a pass (or a step of the final M ± 1 search) must lower J by more than this, relative
 MAX_PASSES = 16
 PASS_WEIGHTS = (1.0, 0.3, 0.0)  # the weight menu of the coupled links after each pass
-NEIGHBOUR_CLUSTERS = 16  # most clusters of the final M ± 1 search (2N candidates, each coupling N clusters)
+PLUS_MINUS_ONE_CLUSTERS = 16  # most clusters of the final M ± 1 search (2N candidates of N clusters' links)
 JOINT_CANDIDATES = 4  # single changes that move the pipeline's maximum tried with every M re-chosen
 
 Figures = tuple[FloatArray, FloatArray, FloatArray, FloatArray]  # R + I·T^pipe, gather time, Σ Q·E, M
@@ -98,15 +98,15 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     fine = (delta, micro, beta, power)
     if objective(pr, fine) < current:
         solution, current = fine, objective(pr, fine)
-    if 1 < n <= NEIGHBOUR_CLUSTERS:
-        solution, current = _micro_neighbours(pr, cache, solution, current)
+    if 1 < n <= PLUS_MINUS_ONE_CLUSTERS:
+        solution, current = _micro_plus_minus_one(pr, cache, solution, current)
     decision = Decision.from_arrays(
         solution[0], solution[2], solution[3], solution[1], solver_iterations=passes + 1
     )
     return decision, current
 
 
-def _micro_neighbours(
+def _micro_plus_minus_one(
     pr: RoundProblem, cache: LinkCache, solution: Solution, current: float
 ) -> tuple[Solution, float]:
     """M_n ± 1 of one cluster at a time with every cluster's links coupled again, while that lowers J: the
@@ -131,8 +131,8 @@ def _micro_neighbours(
 
 
 def _descend(pr: RoundProblem, cache: LinkCache, solution: Solution) -> tuple[Solution, float, int]:
-    """Passes from ``solution`` until one over every cluster lowers J no more in the wide neighbourhood:
-    in the narrow one (fewer row sets) first, widening once it converges and back to narrow after an
+    """Passes from ``solution`` until one over every cluster lowers J no more with the wide row sets:
+    with the narrow ones (fewer) first, widening once it converges and back to narrow after an
     improvement. After an improving pass only the clusters that changed or sit at a maximum get new
     candidates (the others' last ones are offered again); after a pass without improvement the clusters not
     yet tried since the last improvement. Returns the solution, J and the number of passes."""

@@ -125,11 +125,11 @@ def allocate(
     terms = link_terms(pr, delta, m, pipeline_weight, gather_weight)
     into, _ = moved_blocks(pr, delta)
     reach = delta + into * (pr.optimizer_bits / pr.block_bits)
-    delta = delta.astype(np.float64)
-    on = delta > 0
-    bits = 2.0 * pr.iterations * m[:, None] * pr.payload_bits + delta * pr.block_bits
+    d = delta.astype(np.float64)
+    on = d > 0
+    bits = 2.0 * pr.iterations * m[:, None] * pr.payload_bits + d * pr.block_bits
     weight = np.where(on, pr.queues * bits * pr.noise_w_per_hz / pr.gain, 0.0)
-    lp = _Rows(pr, terms, delta, np.where(on, pr.snr_scale, 0.0), weight, reach)
+    lp = _Rows(pr, terms, d, np.where(on, pr.snr_scale, 0.0), weight, reach)
     beta = np.where(on, 1.0 / np.maximum(on.sum(axis=-1, keepdims=True), 1), 0.0)
     x = _snr_limit(lp.pi, beta)
     best = (score(lp, beta, x), beta, x)
