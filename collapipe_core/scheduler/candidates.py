@@ -58,8 +58,7 @@ class Candidates:
     def distinct(self) -> Candidates:
         """Each (owner, M, δ) once, in order of first appearance."""
         keys = np.concatenate([self.owner[:, None], self.micro[:, None], self.delta], axis=1)
-        first = np.sort(np.unique(keys, axis=0, return_index=True)[1])
-        return Candidates(self.owner[first], self.delta[first], self.micro[first], self.value[first])
+        return indexed(self, np.sort(np.unique(keys, axis=0, return_index=True)[1]))
 
 
 def micro_candidates(
@@ -87,9 +86,9 @@ def segment_step(
     active: np.ndarray,
     explore: bool,
     models: tuple[str, ...] = ("current", "price"),
-) -> tuple[Candidates, list[tuple[SegmentCosts, IntArray]]]:
-    """The segment step of the active clusters at their candidate M (:func:`micro_candidates`); also, per
-    model, its segment data and each cluster's row at its current M under the first row set (N,) (for
+) -> tuple[Candidates, list[SegmentCosts], IntArray]:
+    """The segment step of the active clusters at their candidate M (:func:`micro_candidates`); also each
+    model's segment data and each cluster's row there at its current M under the first row set (N,) (for
     ranking moves). ``incumbent`` (N, K) seeds the DP."""
     delta, micro, beta, power = solution
     n, _k = pr.shape
@@ -122,8 +121,7 @@ def segment_step(
     at_current = np.zeros(n, dtype=np.int64)
     current = np.flatnonzero(every[1] == micro[every[0]])
     at_current[every[0][current]] = current
-    model_rows = [(sc, at_current) for sc in parts]
-    return out, model_rows
+    return out, parts, at_current
 
 
 def moves(pr: RoundProblem, delta: IntArray, active: np.ndarray) -> tuple[IntArray, IntArray]:
@@ -146,15 +144,15 @@ def moves(pr: RoundProblem, delta: IntArray, active: np.ndarray) -> tuple[IntArr
 
 
 def best_moves(
-    pr: RoundProblem, solution: Solution, active: np.ndarray, model_rows: list[tuple[SegmentCosts, IntArray]]
+    pr: RoundProblem, solution: Solution, active: np.ndarray, models: list[SegmentCosts], at_current: IntArray
 ) -> Candidates:
     """The moves of the active clusters' segments, the best MOVES_PER_MODEL of each cluster under each link
     model (its cost at the cluster's M), at the cluster's M."""
     delta, micro = solution[0], solution[1]
     owner, moved = moves(pr, delta, active)
     parts = []
-    for data, row in model_rows:
-        sub = indexed(data, row[owner])
+    for data in models:
+        sub = indexed(data, at_current[owner])
         value = np.where(np.all(moved <= sub.caps, axis=1), segment_cost(sub, moved), np.inf)
         order = np.lexsort((value, owner))  # by cluster, then by cost
         rank = np.arange(order.size) - np.searchsorted(owner[order], owner[order])
@@ -183,8 +181,8 @@ def candidates(
     if n > 1 and wide:
         row_sets += [RowSet(ones, ones, gather_floor=False, every_micro=False)]
         row_sets += [RowSet(w * ones, v * ones, every_micro=False) for w, v in ((0.3, 1.0), (0.0, 1.0))]
-    proposed, model_rows = segment_step(pr, solution, solution[0], row_sets, active, explore)
-    moved = best_moves(pr, solution, active, model_rows)
+    proposed, models, at_current = segment_step(pr, solution, solution[0], row_sets, active, explore)
+    moved = best_moves(pr, solution, active, models, at_current)
     parts = [proposed, moved, staying(pr, solution[1], active, explore)]
     return joined(parts).distinct()
 

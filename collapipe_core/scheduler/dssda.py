@@ -318,7 +318,7 @@ def _start(pr: RoundProblem) -> tuple[IntArray, IntArray]:
     )
     fallback = _fallback(pr)
     ones = np.ones(n)
-    found, _ = segment_step(
+    found, _, _ = segment_step(
         pr, everyone, fallback, [RowSet(ones, ones)], np.ones(n, dtype=bool), True, ("current",)
     )
     delta, micro = fallback, np.ones(n, dtype=np.int64)
