@@ -26,7 +26,7 @@ from collapipe_core.scheduler.links import allocate
 from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet, round_objective
 
 WEIGHTS = (1.0, 0.5, 0.25, 0.1, 0.03, 0.0)
-LEVELS_LIMIT = 4_000_000  # (levels² · options) elements of the exact level search
+LEVELS_LIMIT = 4_000_000  # (levels² · options) elements of the level search over every level
 SWEEPS = 4
 
 
