@@ -186,8 +186,8 @@ def _pass(
     own = np.flatnonzero((w[cand.owner] != 1) | (v[cand.owner] != 1))  # also under the cluster's weights
     rows = np.concatenate([np.arange(cand.owner.size), own])
     owner, delta, micro = cand.owner[rows], cand.delta[rows], cand.micro[rows]
-    pipeline_w = np.where(rows == np.arange(rows.size), 1.0, w[owner])
-    gather_w = np.where(rows == np.arange(rows.size), 1.0, v[owner])
+    own_weights = np.arange(rows.size) >= cand.owner.size  # the repeated rows
+    pipeline_w, gather_w = np.where(own_weights, w[owner], 1.0), np.where(own_weights, v[owner], 1.0)
     total = micro + solution[1].sum() - solution[1][owner]
     beta, power = cache.links(owner, delta, micro, pipeline_w, gather_w, 2, total)
     new = _accept(pr, solution, owner, (delta, micro, beta, power))
