@@ -4,9 +4,9 @@
   cluster, candidate M, row set and link model (module ``segment_costs``); each (cluster, M, row set,
   model) proposes its δ. Candidate M: when exploring (the start and the descent's first pass) the grid 1, 2,
   3, 4, 6, 8, 12, … ≤ M_max, M_max and M ± 1; in later passes M and M ± 1. A row set is the weights
-  (w_n, v_n) the models use for the cluster's pipeline and gather times, whether the gather term has the
-  other clusters' largest gather time as its floor, and whether it runs at every candidate M or at the
-  cluster's own M only.
+  (w_n, v_n) the models use for the cluster's pipeline and gather times (the gather term's floor is the
+  other clusters' largest gather time), and whether it runs at every candidate M or at the cluster's own
+  M only.
 - **Moves** (:func:`best_moves`): t TEBs from a device i to a device j of one cluster, t ∈ {1, ⌈δ_i/2⌉,
   δ_i − 1, δ_i}, ranked by the link models' costs at the cluster's M; the best few of each model (a local
   search around the DP's optimum, judged by the driver with links re-solved).
@@ -36,13 +36,11 @@ Solution = tuple[IntArray, IntArray, FloatArray, FloatArray]  # δ (N, K), M (N,
 
 @dataclass(frozen=True, eq=False)
 class RowSet:
-    """Rows of the segment step: the models' weights on each cluster's pipeline and gather times (N,),
-    whether the gather term's floor is the other clusters' largest gather time, and whether the rows run
-    at every candidate M (else at each cluster's own M)."""
+    """Rows of the segment step: the models' weights on each cluster's pipeline and gather times (N,), and
+    whether the rows run at every candidate M (else at each cluster's own M)."""
 
     pipeline_weight: FloatArray
     gather_weight: FloatArray
-    gather_floor: bool = True
     every_micro: bool = True
 
 
@@ -94,17 +92,17 @@ def segment_step(
     n, _k = pr.shape
     mine = np.flatnonzero(active)
     every = micro_candidates(pr, micro, mine, explore)
-    sets = []  # per row set: clusters, M, weights w and v, whether the gather floor applies
+    sets = []  # per row set: clusters, M, weights w and v
     for s in row_sets:
         c, m = every if s.every_micro else (mine, micro[mine])
-        sets.append((c, m, s.pipeline_weight[c], s.gather_weight[c], np.full(c.size, s.gather_floor)))
-    cluster, m_rows, w, v, use_floor = (np.concatenate(x) for x in zip(*sets, strict=True))
+        sets.append((c, m, s.pipeline_weight[c], s.gather_weight[c]))
+    cluster, m_rows, w, v = (np.concatenate(x) for x in zip(*sets, strict=True))
     factor = pr.latency_factor(m_rows + micro.sum() - micro[cluster])  # the penalty's weight of T, ÷ V
     weights = (w * factor, v * factor)
     floor = np.zeros(cluster.size)
     if n > 1:
         gather = costs(pr, delta, micro, pr.time_per_bit(beta, power), power).gather_s
-        floor = np.where(use_floor, others_max(gather)[cluster], 0.0)
+        floor = others_max(gather)[cluster]
     rows = pr.rows(cluster)
     model = {"current": current_links, "price": bandwidth_price}
     link_rows = LinkRows.of(rows, delta[cluster], m_rows, beta[cluster], power[cluster], weights, floor)
@@ -170,8 +168,8 @@ def candidates(
     wide: bool = True,
 ) -> Candidates:
     """The active clusters' candidates, each once. Row sets: weights (1, 1) at every candidate M, and the
-    clusters' own weights (the link step's choice) at their M; with several clusters also without the
-    gather floor and with weights (0.3, 1) and (0, 1) at their M. ``explore``: the M grid
+    clusters' own weights (the link step's choice) at their M; with several clusters (``wide``) also
+    weights (0.3, 1) and (0, 1) at their M. ``explore``: the M grid
     (:func:`micro_candidates`)."""
     n = pr.shape[0]
     ones = np.ones(n)
@@ -179,7 +177,6 @@ def candidates(
     if np.any(weights[0] != 1) or np.any(weights[1] != 1):
         row_sets.append(RowSet(*weights, every_micro=False))
     if n > 1 and wide:
-        row_sets += [RowSet(ones, ones, gather_floor=False, every_micro=False)]
         row_sets += [RowSet(w * ones, v * ones, every_micro=False) for w, v in ((0.3, 1.0), (0.0, 1.0))]
     proposed, models, at_current = segment_step(pr, solution, solution[0], row_sets, active, explore)
     moved = best_moves(pr, solution, active, models, at_current)
