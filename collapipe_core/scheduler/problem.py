@@ -59,16 +59,6 @@ quiet = np.errstate(divide="ignore", invalid="ignore", over="ignore")
 """A decorator for the solver steps: they mark infeasible candidates with ∞ (and 0·∞ = NaN along the way)
 and mask them explicitly, so IEEE warnings are silenced there."""
 
-DEVICE_FIELDS = (  # the (N, K) arrays of a RoundProblem
-    "available",
-    "compute_s",
-    "compute_energy_j",
-    "gain",
-    "max_power_w",
-    "queues",
-    "memory_bytes",
-)
-
 
 @dataclass(frozen=True, eq=False)
 class Previous:
@@ -164,9 +154,11 @@ class RoundProblem:
 
     def rows(self, clusters: IntArray) -> RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
-        a batch of independent single-cluster sub-problems solved side by side."""
+        a batch of independent single-cluster sub-problems solved side by side (its array fields are the
+        (N, K) device arrays)."""
         previous = None if self.previous is None else indexed(self.previous, clusters)
-        devices = {name: getattr(self, name)[clusters] for name in DEVICE_FIELDS}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        devices: dict[str, Any] = {k: v[clusters] for k, v in values.items() if isinstance(v, np.ndarray)}
         return dataclasses.replace(self, previous=previous, **devices)
 
     def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
