@@ -98,14 +98,16 @@ def segment_step(
         sets.append((c, m, s.pipeline_weight[c], s.gather_weight[c]))
     cluster, m_rows, w, v = (np.concatenate(x) for x in zip(*sets, strict=True))
     factor = pr.latency_factor(m_rows + micro.sum() - micro[cluster])  # the penalty's weight of T, ÷ V
-    weights = (w * factor, v * factor)
     floor = np.zeros(cluster.size)
     if n > 1:
         gather = costs(pr, delta, micro, pr.time_per_bit(beta, power), power).gather_s
         floor = others_max(gather)[cluster]
-    rows = pr.rows(cluster)
+    rows, on = pr.rows(cluster), delta[cluster] > 0  # unscheduled devices: a share 1/(m + 1) at p_max
+    share = np.where(rows.available, 1.0 / (on.sum(axis=1, keepdims=True) + 1.0), 0.0)
+    beta = np.where(on, beta[cluster], share)
+    power = np.where(on, power[cluster], np.where(share > 0, rows.max_power_w, 0.0))
     model = {"current": current_links, "price": bandwidth_price}
-    link_rows = LinkRows.of(rows, delta[cluster], m_rows, beta[cluster], power[cluster], weights, floor)
+    link_rows = LinkRows(rows, delta[cluster], m_rows, beta, power, w * factor, v * factor, floor)
     parts = [model[name](link_rows) for name in models]
     seed = np.concatenate([incumbent[cluster]] * len(models))
     found, cost = best_segments(joined(parts), pr.num_blocks, seed, THRESHOLDS)

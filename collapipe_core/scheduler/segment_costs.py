@@ -57,22 +57,6 @@ class LinkRows:
     v: FloatArray
     floor: FloatArray
 
-    @staticmethod
-    def of(
-        pr: RoundProblem,
-        delta: IntArray,
-        micro: IntArray,
-        beta: FloatArray,
-        power: FloatArray,
-        weights: tuple[FloatArray, FloatArray],
-        floor: FloatArray,
-    ) -> LinkRows:
-        on = delta > 0
-        share = 1.0 / (on.sum(axis=-1, keepdims=True) + 1.0)
-        beta = np.where(on, beta, np.where(pr.available, share, 0.0))
-        power = np.where(on, power, np.where(pr.available, pr.max_power_w, 0.0))
-        return LinkRows(pr, delta, micro, beta, power, weights[0], weights[1], floor)
-
 
 @quiet
 def current_links(rows: LinkRows) -> SegmentCosts:
