@@ -98,10 +98,8 @@ def segment_step(
         sets.append((c, m, s.pipeline_weight[c], s.gather_weight[c]))
     cluster, m_rows, w, v = (np.concatenate(x) for x in zip(*sets, strict=True))
     factor = pr.latency_factor(m_rows + micro.sum() - micro[cluster])  # the penalty's weight of T, ÷ V
-    floor = np.zeros(cluster.size)
-    if n > 1:
-        gather = costs(pr, delta, micro, pr.time_per_bit(beta, power), power).gather_s
-        floor = others_max(gather)[cluster]
+    gather = costs(pr, delta, micro, pr.time_per_bit(beta, power), power).gather_s
+    floor = others_max(gather)[cluster]  # Γ_f: the other clusters' largest gather time (−∞: none)
     rows, on = pr.rows(cluster), delta[cluster] > 0  # unscheduled devices: a share 1/(m + 1) at p_max
     share = np.where(rows.available, 1.0 / (on.sum(axis=1, keepdims=True) + 1.0), 0.0)
     beta = np.where(on, beta[cluster], share)
