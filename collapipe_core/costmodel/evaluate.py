@@ -164,17 +164,18 @@ def device_memory_bytes(
 
 
 def in_flight_microbatches(num_blocks: IntArray, num_microbatches: IntArray, schedule: str) -> IntArray:
-    """Micro-batches whose activations a device holds at its peak (GPipe: M; 1F1B: min(C − i, M)).
+    """Micro-batches whose activations a device holds at its peak (GPipe: M; 1F1B: min(C − i, M)), for
+    δ (..., K) and M (...).
 
     C counts the compute stages of the cluster's chain (CU, scheduled devices, edge server) and i is
     the device's 0-based position in it (the CU is position 0).
     """
-    micro = np.broadcast_to(num_microbatches[:, None], num_blocks.shape)
+    micro = np.broadcast_to(np.asarray(num_microbatches)[..., None], num_blocks.shape)
     if schedule == "gpipe":
         return np.asarray(micro, dtype=np.int64)
     scheduled = num_blocks > 0
-    position = np.cumsum(scheduled, axis=1)  # 1-based among scheduled devices = chain index
-    stages = scheduled.sum(axis=1, keepdims=True) + 2
+    position = np.cumsum(scheduled, axis=-1)  # 1-based among scheduled devices = chain index
+    stages = scheduled.sum(axis=-1, keepdims=True) + 2
     return np.asarray(np.minimum(stages - position, micro), dtype=np.int64)
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from collapipe_core.costmodel.evaluate import Evaluation, convergence_terms, link_rate_bps
 from collapipe_core.costmodel.redistribution import model_transfer_s, redistribution, round_latency_s
@@ -80,11 +81,7 @@ def evaluate_replicated(state: RoundState, decision: Decision) -> Evaluation:
     cycles = iters * share * L * (prof.block_forward_flops + prof.block_backward_flops) / sc.flops_per_cycle
     energy = np.where(part, sc.kappa * sc.cpu_hz**2 * cycles + power * comm, 0.0) + moves.upload_energy_j
     comm = comm + moves.upload_s
-    memory = np.where(
-        part,
-        L * prof.block_state_bytes + share * L * prof.block_activation_bytes + sc.runtime_overhead_bytes,
-        0.0,
-    )
+    memory = np.where(part, replicated_memory_bytes(state, share), 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         busy = compute.sum(axis=1) / (count * iters * iteration)
     convergence, obj_convergence = convergence_terms(state, latency, float(micro.sum()))
@@ -110,6 +107,17 @@ def evaluate_replicated(state: RoundState, decision: Decision) -> Evaluation:
         objective_energy=obj_energy,
         violations=tuple(_violations(state, decision, rate, memory)),
     )
+
+
+def replicated_memory_bytes(state: RoundState, share: npt.ArrayLike) -> FloatArray:
+    """Memory of a device training all L TEBs on ``share`` samples per micro-batch step (the module
+    docstring's formula): L·(state + share·activation per sample) + overhead."""
+    prof = state.profile
+    memory: FloatArray = (
+        prof.num_blocks * (prof.block_state_bytes + np.asarray(share) * prof.block_activation_bytes)
+        + state.scenario.runtime_overhead_bytes
+    )
+    return memory
 
 
 def _violations(state: RoundState, decision: Decision, rate: FloatArray, memory: FloatArray) -> list[str]:

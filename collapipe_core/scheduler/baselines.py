@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from collapipe_core.costmodel.replicated import replicated_memory_bytes
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.base import register
@@ -148,9 +149,7 @@ class FederatedLearning:
         for c in range(pr.shape[0]):
             order = [int(k) for k in np.argsort(-pr.memory_bytes[c], kind="stable") if pr.available[c, k]]
             for m in range(len(order), 0, -1):
-                share = micro * b / m
-                need = prof.num_blocks * (prof.block_state_bytes + share * prof.block_activation_bytes)
-                if need + pr.overhead_bytes <= pr.memory_bytes[c, order[m - 1]]:
+                if replicated_memory_bytes(state, micro * b / m) <= pr.memory_bytes[c, order[m - 1]]:
                     part[c, order[:m]] = True
                     break
             if not part[c].any() and order:  # nobody fits: the largest memory (shown as a violation)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from collapipe_core.costmodel.evaluate import penalty_terms
+from collapipe_core.costmodel.evaluate import device_memory_bytes, in_flight_microbatches, penalty_terms
 from collapipe_core.costmodel.redistribution import holdings, model_transfer_s
 from collapipe_core.network import BoolArray, FloatArray
 from collapipe_core.state import RoundState
@@ -162,44 +162,38 @@ class RoundProblem:
         return dataclasses.replace(self, previous=previous, **devices)
 
     def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
-        """Most TEBs each device can hold with M micro-batches (``micro`` broadcasts against (..., N)).
-
-        GPipe keeps all M micro-batches' activations. For 1F1B device k keeps min(j + 2, M), j = scheduled
-        devices after it; the caps use j = available devices after it, an upper bound, so they are safe
-        for every placement. Unavailable devices get 0.
-        """
-        m = np.asarray(micro, dtype=np.float64)[..., None]
-        in_flight = np.broadcast_to(m, (*m.shape[:-1], self.shape[1]))
-        if self.schedule == "1f1b":
-            after: FloatArray = np.cumsum(self.available[:, ::-1], axis=1)[:, ::-1] - self.available
-            in_flight = np.minimum(in_flight, after + 2.0)
-        per_block = self.block_state_bytes + in_flight * self.activation_bytes
-        fixed = self.overhead_bytes + self.activation_bytes + m * self.buffer_bytes  # device_memory_bytes
+        """Most TEBs each device can hold with M micro-batches (``micro`` broadcasts against (..., N)): the
+        largest δ whose :meth:`memory_bytes_of` (affine in δ) is within the device's memory. For 1F1B the
+        in-flight micro-batches count every available device as scheduled (fewer stages after a device
+        only lower them), so the caps are safe for every placement. Unavailable devices get 0."""
+        m = np.asarray(micro, dtype=np.int64)
+        shape = np.broadcast_shapes((*m.shape, 1), self.available.shape)
+        fixed = self.memory_bytes_of(np.zeros(shape), np.broadcast_to(self.available, shape), m)
+        per_block = self.memory_bytes_of(np.ones(shape), np.broadcast_to(self.available, shape), m) - fixed
         caps = np.floor((self.memory_bytes - fixed) / per_block)
         return np.where(self.available, np.clip(caps, 0, self.num_blocks), 0).astype(np.int64)
 
     def memory_limit(self, delta: IntArray) -> IntArray:
-        """Largest M ≤ M_max (…, N) such that every M' ≤ M fits every scheduled device (0: not even M = 1).
-
-        A device needs δ_k·(state + n_k·activation) + activation + M·buffers + overhead bytes
-        (``costmodel.device_memory_bytes``), n_k = M for GPipe and min(C − i_k, M) for 1F1B (C = scheduled
-        devices + 2, i_k the device's position among them: ``costmodel.in_flight_microbatches``).
-        """
-        on = delta > 0
-        m = np.arange(1, self.microbatch_limit + 1, dtype=np.float64)  # (M,)
-        in_flight = np.broadcast_to(m, (*delta.shape, m.size))
-        if self.schedule == "1f1b":
-            position = np.cumsum(on, axis=-1)
-            stages = on.sum(axis=-1, keepdims=True) + 2
-            in_flight = np.minimum(in_flight, (stages - position)[..., None])
-        need = (
-            delta[..., None] * (self.block_state_bytes + in_flight * self.activation_bytes)
-            + self.activation_bytes
-            + m * self.buffer_bytes
-            + self.overhead_bytes
-        )
-        fits = np.all(~on[..., None] | (need <= self.memory_bytes[..., None]), axis=-2)  # (..., N, M)
+        """Largest M ≤ M_max (…, N) such that every M' ≤ M fits every scheduled device (0: not even M = 1)."""
+        m = np.arange(1, self.microbatch_limit + 1)  # (M,)
+        blocks = np.broadcast_to(delta[..., None, :], (*delta.shape[:-1], m.size, delta.shape[-1]))
+        need = self.memory_bytes_of(blocks, blocks > 0, np.broadcast_to(m, blocks.shape[:-1]))
+        fits = np.all((blocks == 0) | (need <= self.memory_bytes[..., None, :]), axis=-1)  # (..., N, M)
         return np.asarray(np.cumprod(fits, axis=-1).sum(axis=-1), dtype=np.int64)
+
+    def memory_bytes_of(self, delta: npt.ArrayLike, scheduled: BoolArray, micro: IntArray) -> FloatArray:
+        """``costmodel.device_memory_bytes`` of δ (..., K) on the devices ``scheduled`` (their chain sets
+        the 1F1B in-flight micro-batches, ``costmodel.in_flight_microbatches``) with M (...)."""
+        in_flight = in_flight_microbatches(scheduled.astype(np.int64), micro, self.schedule)
+        return device_memory_bytes(
+            delta,
+            in_flight,
+            np.asarray(micro)[..., None],
+            self.block_state_bytes,
+            self.activation_bytes,
+            self.buffer_bytes,
+            self.overhead_bytes,
+        )
 
     def time_per_bit(self, beta: FloatArray, power: FloatArray) -> FloatArray:
         """u = 1/r with r = β·W·log2(1 + p·h/(β·W·N0)); ∞ where β or p is 0 (any leading dimensions)."""
