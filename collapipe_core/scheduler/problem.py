@@ -43,7 +43,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from collapipe_core.costmodel.evaluate import device_memory_bytes, in_flight_microbatches, penalty_terms
+from collapipe_core.costmodel.evaluate import (
+    device_memory_bytes,
+    in_flight_microbatches,
+    link_rate_bps,
+    penalty_terms,
+)
 from collapipe_core.costmodel.redistribution import holdings, model_transfer_s
 from collapipe_core.network import BoolArray, FloatArray
 from collapipe_core.state import RoundState
@@ -196,11 +201,11 @@ class RoundProblem:
         )
 
     def time_per_bit(self, beta: FloatArray, power: FloatArray) -> FloatArray:
-        """u = 1/r with r = β·W·log2(1 + p·h/(β·W·N0)); ∞ where β or p is 0 (any leading dimensions)."""
-        bw = np.maximum(beta, 0.0) * self.bandwidth_hz
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rate = bw * np.log2(1.0 + np.maximum(power, 0.0) * self.gain / (bw * self.noise_w_per_hz))
-            return np.where((bw > 0) & (rate > 0), 1.0 / rate, np.inf)
+        """u = 1/r, r = ``costmodel.link_rate_bps`` (β·W·log2(1 + p·h/(β·W·N0))); ∞ where β or p is 0 (any
+        leading dimensions)."""
+        rate = link_rate_bps(beta, power, self.gain, self.bandwidth_hz, self.noise_w_per_hz)
+        with np.errstate(divide="ignore"):
+            return np.where(rate > 0, 1.0 / rate, np.inf)
 
 
 def take_last(values: npt.NDArray[_T], index: IntArray) -> npt.NDArray[_T]:
