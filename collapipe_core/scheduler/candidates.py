@@ -8,8 +8,9 @@
   other clusters' largest gather time), and whether it runs at every candidate M or at the cluster's own
   M only.
 - **Moves** (:func:`best_moves`): t TEBs from a device i to a device j of one cluster, t ∈ {1, ⌈δ_i/2⌉,
-  δ_i − 1, δ_i}, ranked by the link models' costs at the cluster's M; the best few of each model (a local
-  search around the DP's optimum, judged by the driver with links re-solved).
+  δ_i − 1, δ_i}, ranked by the link models' costs at the cluster's M plus the upload of the moved optimizer
+  state by its previous holders; the best few of each model (a local search around the DP's optimum,
+  judged by the driver with links re-solved).
 - **Staying** (:func:`staying`): the previous round's placement, which moves no TEB. What a move costs
   (its optimizer state's transfers, :func:`~collapipe_core.scheduler.problem.transfers`) depends on where
   the TEBs were, which the DP and the link models do not see; the driver scores every candidate with it.
@@ -23,7 +24,7 @@ import numpy as np
 
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.clusters import others_max
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, indexed, joined
+from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, indexed, joined, transfers
 from collapipe_core.scheduler.segment_costs import LinkRows, bandwidth_price, current_links
 from collapipe_core.scheduler.segments import SegmentCosts, best_segments, segment_cost
 
@@ -145,13 +146,18 @@ def best_moves(
     pr: RoundProblem, solution: Solution, active: np.ndarray, models: list[SegmentCosts], at_current: IntArray
 ) -> Candidates:
     """The moves of the active clusters' segments, the best MOVES_PER_MODEL of each cluster under each link
-    model (its cost at the cluster's M), at the cluster's M."""
+    model, at the cluster's M. A move's rank is its cost under the model plus what moving TEBs costs that
+    the models do not see: the previous holders' upload of the moved optimizer state (its time, weighted
+    as the models weigh the cluster's time, and its queue-weighted energy; ``problem.transfers``)."""
     delta, micro = solution[0], solution[1]
     owner, moved = moves(pr, delta, active)
+    rows = pr.rows(owner)
+    upload, energy = transfers(rows, moved, np.zeros(moved.shape))  # the senders' part: no download
+    unseen = pr.V * pr.latency_factor(micro.sum()) * (upload - pr.upload_s) + np.sum(rows.queues * energy, 1)
     parts = []
     for data in models:
         sub = indexed(data, at_current[owner])
-        value = np.where(np.all(moved <= sub.caps, axis=1), segment_cost(sub, moved), np.inf)
+        value = np.where(np.all(moved <= sub.caps, axis=1), segment_cost(sub, moved) + unseen, np.inf)
         order = np.lexsort((value, owner))  # by cluster, then by cost
         rank = np.arange(order.size) - np.searchsorted(owner[order], owner[order])
         top = order[(rank < MOVES_PER_MODEL) & np.isfinite(value[order])]

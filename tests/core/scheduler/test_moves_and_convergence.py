@@ -12,9 +12,10 @@ import pytest
 
 from collapipe_core.costmodel import evaluate
 from collapipe_core.scheduler import dssda, optimal
+from collapipe_core.scheduler.candidates import RowSet, best_moves, segment_step
 from collapipe_core.scheduler.problem import build_problem, costs
 from collapipe_core.state import Placement, RoundState
-from tests.core.scheduler.instances import random_decision, random_instance
+from tests.core.scheduler.instances import random_decision, random_instance, random_round
 
 Term = Literal["variance", "noise_scale"]
 
@@ -121,3 +122,31 @@ def test_dssda_weighs_what_moving_blocks_costs() -> None:
         informed_moves += int(evaluate(state, informed).blocks_moved.sum())
         blind_moves += int(blind_ev.blocks_moved.sum())
     assert informed_moves < blind_moves, (informed_moves, blind_moves)
+
+
+def test_moves_are_ranked_with_the_upload_their_previous_holders_would_pay() -> None:
+    """A move that gives a TEB back to its previous holder saves that holder's upload of the TEB's optimizer
+    state, which the segment models do not see: over a slow previous link from a device with a long queue
+    that upload outweighs everything else, so the move must be among the best ranked (ranked by the
+    models alone it is not: the long queue makes every TEB on that device look dear)."""
+    for seed in range(20):
+        state = random_round(seed, 1, 4)
+        blocks = state.profile.num_blocks
+        if not state.available.all() or (build_problem(state).memory_caps(np.ones(1)) < blocks).any():
+            continue
+        now = np.array([[0, blocks - 2, 1, 1]])
+        before = np.array([[1, blocks - 3, 1, 1]])  # TEB 0 was on device 0
+        queues = state.queues.copy()
+        queues[0, 0] = 1e3 * max(float(queues.max()), 1.0)
+        placement = Placement(
+            num_blocks=before, rate_bps=np.array([[1e3, 1e6, 1e6, 1e6]]), power_w=np.full((1, 4), 0.1)
+        )
+        pr = build_problem(dataclasses.replace(state, previous=placement, queues=queues))
+        share = np.where(now > 0, 1 / 3, 0.0)
+        solution = (now, np.ones(1, dtype=np.int64), share, np.where(now > 0, pr.max_power_w, 0.0))
+        everyone, rows = np.ones(1, dtype=bool), [RowSet(np.ones(1), np.ones(1))]
+        _, models, at_current = segment_step(pr, solution, now, rows, everyone, False)
+        ranked = best_moves(pr, solution, everyone, models, at_current)
+        assert np.any(np.all(ranked.delta == before, axis=1)), ranked.delta
+        return
+    pytest.fail("no seed gave four available devices that each hold the encoder")
