@@ -182,9 +182,7 @@ def shipped_ratios(
         state = rebuild(generator, entry)
         try:
             decision, wall, cpu = timed(lambda s=state: dssda.solve(s)[0])
-        except ValueError as error:
-            if "no placement fits in memory" not in str(error):
-                raise  # a recorded round is feasible: any other error is a fault of the search
+        except dssda.NoPlacementFits:  # any other error is a fault of the search: raised
             out.append((entry, math.inf, math.nan, math.nan))
             continue
         out.append((entry, scored(state, decision) / entry["objective"], wall, cpu))

@@ -151,9 +151,12 @@ def best_moves(
     as the models weigh the cluster's time, and its queue-weighted energy; ``problem.transfers``)."""
     delta, micro = solution[0], solution[1]
     owner, moved = moves(pr, delta, active)
-    rows = pr.rows(owner)
-    upload, energy = transfers(rows, moved, np.zeros(moved.shape))  # the senders' part: no download
-    unseen = pr.V * pr.latency_factor(micro.sum()) * (upload - pr.upload_s) + np.sum(rows.queues * energy, 1)
+    unseen = np.zeros(owner.size)
+    if pr.previous is not None:  # without a previous placement no TEB has a holder to upload it
+        rows = pr.rows(owner)
+        upload, energy = transfers(rows, moved, np.zeros(moved.shape))  # the senders' part: no download
+        weight = pr.V * pr.latency_factor(micro.sum())
+        unseen = weight * (upload - pr.upload_s) + np.sum(rows.queues * energy, axis=1)
     parts = []
     for data in models:
         sub = indexed(data, at_current[owner])

@@ -28,7 +28,8 @@ changed or sit at a maximum get new candidates. The descent works with the narro
 them) first and widens when it converges (back to narrow after an improvement); its result is polished:
 M for its links, the links coupled with a finer weight menu, then M_n ± 1 of one cluster at a time with
 the links coupled again. ``Decision.solver_iterations`` counts the passes.
-A round where no placement fits in memory is refused with a ValueError naming the devices and shortfall.
+A round where no placement fits in memory is refused with :class:`NoPlacementFits` (a ValueError) naming the
+devices and shortfall.
 
 ``myopic`` is DSSDA with every Q_k = 0 (it ignores the energy budgets).
 """
@@ -342,6 +343,10 @@ def _fallback(pr: RoundProblem) -> IntArray:
     return delta
 
 
+class NoPlacementFits(ValueError):
+    """A round where some cluster cannot hold the encoder even with one micro-batch."""
+
+
 def check_memory(pr: RoundProblem) -> None:
     """Refuse a round where some cluster cannot hold the encoder even with one micro-batch."""
     caps = pr.memory_caps(np.ones(pr.shape[0]))
@@ -363,7 +368,7 @@ def check_memory(pr: RoundProblem) -> None:
             f"({missing * per_block / 2**20:.2f} MiB at {per_block / 2**20:.2f} MiB per TEB, plus "
             f"{pr.overhead_bytes / 2**20:.0f} MiB runtime on each device)"
         )
-    raise ValueError("dssda: no placement fits in memory — " + "; ".join(lines))
+    raise NoPlacementFits("dssda: no placement fits in memory — " + "; ".join(lines))
 
 
 @register("dssda")
