@@ -60,16 +60,14 @@ class Candidates:
         return indexed(self, np.sort(np.unique(keys, axis=0, return_index=True)[1]))
 
 
-def micro_candidates(
-    pr: RoundProblem, micro: IntArray, clusters: IntArray, explore: bool
-) -> tuple[IntArray, IntArray]:
-    """Candidate M of the given clusters as rows (cluster (R,), M (R,)), each once: M and M ± 1, and when
+def micro_candidates(pr: RoundProblem, micro: IntArray, explore: bool) -> tuple[IntArray, IntArray]:
+    """Candidate M of every cluster as rows (cluster (R,), M (R,)), each once: M and M ± 1, and when
     ``explore`` also the grid up to M_max."""
     limit = pr.microbatch_limit
     grid = {m for m in MICRO_GRID if m <= limit} | {limit} if explore else set()
     pairs = sorted(
-        (int(c), m)
-        for c in clusters
+        (c, m)
+        for c in range(pr.shape[0])
         for m in grid | {int(micro[c]) + i for i in (-1, 0, 1)}
         if 1 <= m <= limit
     )
@@ -82,20 +80,18 @@ def segment_step(
     solution: Solution,
     incumbent: IntArray,
     row_sets: list[RowSet],
-    active: np.ndarray,
     explore: bool,
     models: tuple[str, ...] = ("current", "price"),
 ) -> tuple[Candidates, list[SegmentCosts], IntArray]:
-    """The segment step of the active clusters at their candidate M (:func:`micro_candidates`); also each
+    """The segment step of every cluster at its candidate M (:func:`micro_candidates`); also each
     model's segment data and each cluster's row there at its current M under the first row set (N,) (for
     ranking moves). ``incumbent`` (N, K) seeds the DP."""
     delta, micro, beta, power = solution
-    n, _k = pr.shape
-    mine = np.flatnonzero(active)
-    every = micro_candidates(pr, micro, mine, explore)
+    n = pr.shape[0]
+    every = micro_candidates(pr, micro, explore)
     sets = []  # per row set: clusters, M, weights w and v
     for s in row_sets:
-        c, m = every if s.every_micro else (mine, micro[mine])
+        c, m = every if s.every_micro else (np.arange(n), micro)
         sets.append((c, m, s.pipeline_weight[c], s.gather_weight[c]))
     cluster, m_rows, w, v = (np.concatenate(x) for x in zip(*sets, strict=True))
     factor = pr.latency_factor(m_rows + micro.sum() - micro[cluster])  # the penalty's weight of T, ÷ V
@@ -123,16 +119,16 @@ def segment_step(
     return out, parts, at_current
 
 
-def moves(pr: RoundProblem, delta: IntArray, active: np.ndarray) -> tuple[IntArray, IntArray]:
-    """(owner (Q,), its new δ (Q, K)) of every move of t TEBs from device i to an available device j of an
-    active cluster, t ∈ {1, ⌈δ_i/2⌉, δ_i − 1, δ_i}."""
+def moves(pr: RoundProblem, delta: IntArray) -> tuple[IntArray, IntArray]:
+    """(owner (Q,), its new δ (Q, K)) of every move of t TEBs from device i to another available device j of
+    its cluster, t ∈ {1, ⌈δ_i/2⌉, δ_i − 1, δ_i}."""
     k = pr.shape[1]
     has = delta[:, :, None]  # (N, K, 1)
     t = np.concatenate([np.ones_like(has), (has + 1) // 2, has - 1, has], axis=2)  # (N, K, 4)
     first = np.ones(t.shape, dtype=bool)
     for col in range(1, 4):  # each distinct t once
         first[:, :, col] = np.all(t[:, :, col : col + 1] != t[:, :, :col], axis=2)
-    ok = (t >= 1) & (t <= has) & first & active[:, None, None]
+    ok = (t >= 1) & (t <= has) & first
     target = pr.available[:, None, :] & ~np.eye(k, dtype=bool)  # (N, K_from, K_to)
     c, i, j, which = np.nonzero(ok[:, :, None, :] & target[:, :, :, None])
     moved = delta[c].copy()
@@ -143,14 +139,14 @@ def moves(pr: RoundProblem, delta: IntArray, active: np.ndarray) -> tuple[IntArr
 
 
 def best_moves(
-    pr: RoundProblem, solution: Solution, active: np.ndarray, models: list[SegmentCosts], at_current: IntArray
+    pr: RoundProblem, solution: Solution, models: list[SegmentCosts], at_current: IntArray
 ) -> Candidates:
-    """The moves of the active clusters' segments, the best MOVES_PER_MODEL of each cluster under each link
+    """The moves of every cluster's segments, the best MOVES_PER_MODEL of each cluster under each link
     model, at the cluster's M. A move's rank is its cost under the model plus what moving TEBs costs that
     the models do not see: the previous holders' upload of the moved optimizer state (its time, weighted
     as the models weigh the cluster's time, and its queue-weighted energy; ``problem.transfers``)."""
     delta, micro = solution[0], solution[1]
-    owner, moved = moves(pr, delta, active)
+    owner, moved = moves(pr, delta)
     unseen = np.zeros(owner.size)
     if pr.previous is not None:  # without a previous placement no TEB has a holder to upload it
         rows = pr.rows(owner)
@@ -172,11 +168,10 @@ def candidates(
     pr: RoundProblem,
     solution: Solution,
     weights: tuple[FloatArray, FloatArray],
-    active: np.ndarray,
     explore: bool,
     wide: bool = True,
 ) -> Candidates:
-    """The active clusters' candidates, each once. Row sets: weights (1, 1) at every candidate M, and the
+    """Every cluster's candidates, each once. Row sets: weights (1, 1) at every candidate M, and the
     clusters' own weights (the link step's choice) at their M; with several clusters (``wide``) also
     weights (0.3, 1) and (0, 1) at their M. ``explore``: the M grid
     (:func:`micro_candidates`)."""
@@ -187,21 +182,21 @@ def candidates(
         row_sets.append(RowSet(*weights, every_micro=False))
     if n > 1 and wide:
         row_sets += [RowSet(w * ones, v * ones, every_micro=False) for w, v in ((0.3, 1.0), (0.0, 1.0))]
-    proposed, models, at_current = segment_step(pr, solution, solution[0], row_sets, active, explore)
-    moved = best_moves(pr, solution, active, models, at_current)
-    parts = [proposed, moved, staying(pr, solution[1], active, explore)]
+    proposed, models, at_current = segment_step(pr, solution, solution[0], row_sets, explore)
+    moved = best_moves(pr, solution, models, at_current)
+    parts = [proposed, moved, staying(pr, solution[1], explore)]
     return joined(parts).distinct()
 
 
-def staying(pr: RoundProblem, micro: IntArray, active: np.ndarray, explore: bool) -> Candidates:
-    """The previous round's placement of each active cluster, at every candidate M: the placement that moves
+def staying(pr: RoundProblem, micro: IntArray, explore: bool) -> Candidates:
+    """The previous round's placement of each cluster, at every candidate M: the placement that moves
     no TEB, or, where a device can no longer hold its TEBs (unavailable, or short of memory at that M), the
     fewest moves that repair it (:func:`repaired`). The DP does not see what moves cost (it depends on where
     each TEB was); the driver scores every candidate with it."""
     if pr.previous is None or pr.previous.delta is None:
         empty = np.zeros(0, dtype=np.int64)
         return Candidates(empty, np.zeros((0, pr.shape[1]), dtype=np.int64), empty, np.zeros(0))
-    cluster, m_rows = micro_candidates(pr, micro, np.flatnonzero(active), explore)
+    cluster, m_rows = micro_candidates(pr, micro, explore)
     caps = pr.rows(cluster).memory_caps(m_rows)
     delta = repaired(pr.previous.delta[cluster], caps, pr.num_blocks)
     fits = delta.sum(axis=1) == pr.num_blocks

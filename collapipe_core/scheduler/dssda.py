@@ -22,14 +22,13 @@ over segments δ, micro-batches M_n, bandwidth shares β and powers p, by block-
 
 With the noise-scale convergence term (``problem.penalty``), each pass's steps weigh micro-batches at
 the latency of the solution it starts from (T̂); every candidate is scored exactly. The first pass
-explores every candidate M, later ones M ± 1 around each cluster's. Passes repeat until one over every
-cluster no longer lowers J by more than 1e-5 (relative); after an improving pass only the clusters that
-changed or sit at a maximum get new candidates. The descent works with the narrow row sets (fewer of
-them) first and widens when it converges (back to narrow after an improvement); its result is polished:
-M for its links, the links coupled with a finer weight menu, then M_n ± 1 of one cluster at a time with
-the links coupled again. ``Decision.solver_iterations`` counts the passes.
-A round where no placement fits in memory is refused with :class:`NoPlacementFits` (a ValueError) naming the
-devices and shortfall.
+explores every candidate M, later ones M ± 1 around each cluster's. Passes repeat until one no longer
+lowers J by more than 1e-5 (relative). The descent works with the narrow row sets (fewer of them) first
+and widens when it converges (back to narrow after an improvement); its result is polished: M for its
+links, the links coupled with a finer weight menu, then M_n ± 1 of one cluster at a time with the links
+coupled again. ``Decision.solver_iterations`` counts the passes.
+A round where no placement fits in memory is refused with :class:`NoPlacementFits` (a ValueError) naming
+the devices and shortfall.
 
 ``myopic`` is DSSDA with every Q_k = 0 (it ignores the energy budgets).
 """
@@ -45,7 +44,7 @@ import numpy.typing as npt
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray, device_id
 from collapipe_core.scheduler.base import register
-from collapipe_core.scheduler.candidates import Candidates, RowSet, Solution, candidates, segment_step
+from collapipe_core.scheduler.candidates import RowSet, Solution, candidates, segment_step
 from collapipe_core.scheduler.clusters import (
     WEIGHTS,
     LinkCache,
@@ -59,8 +58,6 @@ from collapipe_core.scheduler.problem import (
     RoundProblem,
     build_problem,
     costs,
-    indexed,
-    joined,
     quiet,
     round_objective,
 )
@@ -132,37 +129,23 @@ def _micro_plus_minus_one(
 
 
 def _descend(pr: RoundProblem, cache: LinkCache, solution: Solution) -> tuple[Solution, float, int]:
-    """Passes from ``solution`` until one over every cluster lowers J no more with the wide row sets:
-    with the narrow ones (fewer) first, widening once it converges and back to narrow after an
-    improvement. After an improving pass only the clusters that changed or sit at a maximum get new
-    candidates (the others' last ones are offered again); after a pass without improvement the clusters not
-    yet tried since the last improvement. Returns the solution, J and the number of passes."""
-    n = pr.shape[0]
+    """Passes from ``solution`` until one lowers J no more with the wide row sets: with the narrow ones
+    (fewer) first, widening once they converge and back to narrow after an improvement. Returns the
+    solution, J and the number of passes."""
     current = objective(pr, solution)
-    weights = (np.ones(n), np.ones(n))
-    active, tried = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
-    kept: dict[int, Candidates] = {}
+    weights = (np.ones(pr.shape[0]), np.ones(pr.shape[0]))
     passes, wide = 0, False
     while passes < MAX_PASSES:
         passes += 1
         pr = _estimated(pr, solution)
-        new, new_weights = _pass(pr, cache, solution, weights, active, kept, passes == 1, wide)
+        new, new_weights = _pass(pr, cache, solution, weights, passes == 1, wide)
         value = objective(pr, new)
-        if value >= current * (1 - TOLERANCE):
-            tried |= active
-            if not tried.all():
-                active = ~tried
-            elif wide:
-                break
-            else:
-                wide, active, tried = True, np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
-            continue
-        changed = np.any(new[0] != solution[0], axis=1) | (new[1] != solution[1])
-        changed |= (new_weights[0] != weights[0]) | (new_weights[1] != weights[1])
-        solution, current, weights, tried = new, value, new_weights, np.zeros(n, dtype=bool)
-        active = changed | _at_a_maximum(pr, solution)
-        if wide:
-            wide, active = False, np.ones(n, dtype=bool)
+        if value < current * (1 - TOLERANCE):
+            solution, current, weights, wide = new, value, new_weights, False
+        elif wide:
+            break
+        else:
+            wide = True
     return solution, current, passes
 
 
@@ -171,18 +154,13 @@ def _pass(
     cache: LinkCache,
     solution: Solution,
     weights: tuple[FloatArray, FloatArray],
-    active: np.ndarray,
-    kept: dict[int, Candidates],
     explore: bool,
     wide: bool,
 ) -> tuple[Solution, tuple[FloatArray, FloatArray]]:
-    """One pass: the active clusters' candidates (every candidate M when ``explore``) and the others' last
-    ones, links for each (weights (1, 1) and the cluster's own), the acceptance; then, with several
-    clusters, the links coupled again (the new weights)."""
-    fresh = candidates(pr, solution, weights, active, explore, wide)
-    for c in np.flatnonzero(active):
-        kept[int(c)] = indexed(fresh, fresh.owner == c)
-    cand = joined([kept[int(c)] for c in range(pr.shape[0]) if int(c) in kept])
+    """One pass: every cluster's candidates (every candidate M when ``explore``), links for each (weights
+    (1, 1) and the cluster's own), the acceptance; then, with several clusters, the links coupled again
+    (the new weights)."""
+    cand = candidates(pr, solution, weights, explore, wide)
     w, v = weights
     own = np.flatnonzero((w[cand.owner] != 1) | (v[cand.owner] != 1))  # also under the cluster's weights
     rows = np.concatenate([np.arange(cand.owner.size), own])
@@ -207,13 +185,6 @@ def _estimated(pr: RoundProblem, solution: Solution) -> RoundProblem:
     delta, micro, beta, power = solution
     latency = float(costs(pr, delta, micro, pr.time_per_bit(beta, power), power).latency_s)
     return dataclasses.replace(pr, latency_estimate=latency)
-
-
-def _at_a_maximum(pr: RoundProblem, solution: Solution) -> np.ndarray:
-    """The clusters at the round's pipeline or gather maximum (to a relative 1e-9)."""
-    pipe, gather, _, _ = _figures(pr, solution)
-    at: np.ndarray = (pipe >= pipe.max() * (1 - 1e-9)) | (gather >= gather.max() * (1 - 1e-9))
-    return at
 
 
 def _accept(pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solution) -> Solution:
@@ -319,9 +290,7 @@ def _start(pr: RoundProblem) -> tuple[IntArray, IntArray]:
     )
     fallback = _fallback(pr)
     ones = np.ones(n)
-    found, _, _ = segment_step(
-        pr, everyone, fallback, [RowSet(ones, ones)], np.ones(n, dtype=bool), True, ("current",)
-    )
+    found, _, _ = segment_step(pr, everyone, fallback, [RowSet(ones, ones)], True, ("current",))
     delta, micro = fallback, np.ones(n, dtype=np.int64)
     for c in range(n):
         mine = np.flatnonzero(found.owner == c)

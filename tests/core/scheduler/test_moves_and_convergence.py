@@ -144,9 +144,9 @@ def test_moves_are_ranked_with_the_upload_their_previous_holders_would_pay() -> 
         pr = build_problem(dataclasses.replace(state, previous=placement, queues=queues))
         share = np.where(now > 0, 1 / 3, 0.0)
         solution = (now, np.ones(1, dtype=np.int64), share, np.where(now > 0, pr.max_power_w, 0.0))
-        everyone, rows = np.ones(1, dtype=bool), [RowSet(np.ones(1), np.ones(1))]
-        _, models, at_current = segment_step(pr, solution, now, rows, everyone, False)
-        ranked = best_moves(pr, solution, everyone, models, at_current)
+        rows = [RowSet(np.ones(1), np.ones(1))]
+        _, models, at_current = segment_step(pr, solution, now, rows, False)
+        ranked = best_moves(pr, solution, models, at_current)
         assert np.any(np.all(ranked.delta == before, axis=1)), ranked.delta
         return
     pytest.fail("no seed gave four available devices that each hold the encoder")
