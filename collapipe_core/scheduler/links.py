@@ -129,7 +129,8 @@ def allocate(
     on = d > 0
     bits = 2.0 * pr.iterations * m[:, None] * pr.payload_bits + d * pr.block_bits
     weight = np.where(on, pr.queues * bits * pr.noise_w_per_hz / pr.gain, 0.0)
-    lp = _Rows(pr, terms, d, np.where(on, pr.snr_scale, 0.0), weight, reach)
+    pi = pr.max_power_w * pr.gain / (pr.bandwidth_hz * pr.noise_w_per_hz)  # SNR at p_max on the whole band
+    lp = _Rows(pr, terms, d, np.where(on, pi, 0.0), weight, reach)
     beta = np.where(on, 1.0 / np.maximum(on.sum(axis=-1, keepdims=True), 1), 0.0)
     x = _snr_limit(lp.pi, beta)
     best = (score(lp, beta, x), beta, x)
@@ -237,13 +238,13 @@ def latency_cost(
     u: FloatArray,
     p_bits: float,
     b_bits: float,
-    reach: FloatArray | None = None,
+    reach: FloatArray,
 ) -> FloatArray:
     """Lat(u) for u (R, ..., K) (0 where δ = 0); ``terms`` broadcast against u's leading axes; the
-    download's maximum at ``reach`` where given (else at δ)."""
+    download's maximum at ``reach`` (δ' ≥ δ: with the moved optimizer state)."""
     z1 = np.max(u, axis=-1)
     z2 = np.max(delta * u, axis=-1)
-    z2_down = z2 if reach is None else np.max(reach * u, axis=-1)
+    z2_down = np.max(reach * u, axis=-1)
     link = p_bits * z1
     value: FloatArray = (
         terms.a * np.sum(u, axis=-1)
@@ -310,7 +311,7 @@ def bandwidth_step(
     free, fixed = _structures(terms, on, d, zeta, p_bits, b_bits)  # (R, C, K)
     u, s = _normalise(zn[:, None, :], on[:, None, :], free, fixed)
     uu = np.where(on[:, None, :], u, 0.0)
-    cost = latency_cost(indexed(terms, (slice(None), None)), d[:, None, :], uu, p_bits, b_bits)
+    cost = latency_cost(indexed(terms, (slice(None), None)), d[:, None, :], uu, p_bits, b_bits, d[:, None, :])
     cost = np.where(np.all(np.isfinite(uu), axis=-1) & ~np.isnan(cost), cost, np.inf)
     best = np.argmin(cost, axis=1)
     rows = np.arange(rows_count)

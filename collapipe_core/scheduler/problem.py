@@ -151,12 +151,6 @@ class RoundProblem:
             penalty(self, np.ones(total.shape), total) - penalty(self, np.zeros(total.shape), total)
         ) / self.V
 
-    @property
-    def snr_scale(self) -> FloatArray:
-        """π_k = p_max·h_k/(W·N0): the SNR of device k at full power on the whole band (N, K)."""
-        scale: FloatArray = self.max_power_w * self.gain / (self.bandwidth_hz * self.noise_w_per_hz)
-        return scale
-
     def rows(self, clusters: IntArray) -> RoundProblem:
         """A problem whose "clusters" are the given clusters' devices, one row each (repeats allowed):
         a batch of independent single-cluster sub-problems solved side by side (its array fields are the
