@@ -238,13 +238,13 @@ def latency_cost(
     u: FloatArray,
     p_bits: float,
     b_bits: float,
-    reach: FloatArray,
+    reach: FloatArray | None = None,
 ) -> FloatArray:
     """Lat(u) for u (R, ..., K) (0 where δ = 0); ``terms`` broadcast against u's leading axes; the
-    download's maximum at ``reach`` (δ' ≥ δ: with the moved optimizer state)."""
+    download's maximum at ``reach`` (δ' ≥ δ: with the moved optimizer state) where given, else at δ."""
     z1 = np.max(u, axis=-1)
     z2 = np.max(delta * u, axis=-1)
-    z2_down = np.max(reach * u, axis=-1)
+    z2_down = z2 if reach is None else np.max(reach * u, axis=-1)
     link = p_bits * z1
     value: FloatArray = (
         terms.a * np.sum(u, axis=-1)
@@ -311,7 +311,7 @@ def bandwidth_step(
     free, fixed = _structures(terms, on, d, zeta, p_bits, b_bits)  # (R, C, K)
     u, s = _normalise(zn[:, None, :], on[:, None, :], free, fixed)
     uu = np.where(on[:, None, :], u, 0.0)
-    cost = latency_cost(indexed(terms, (slice(None), None)), d[:, None, :], uu, p_bits, b_bits, d[:, None, :])
+    cost = latency_cost(indexed(terms, (slice(None), None)), d[:, None, :], uu, p_bits, b_bits)
     cost = np.where(np.all(np.isfinite(uu), axis=-1) & ~np.isnan(cost), cost, np.inf)
     best = np.argmin(cost, axis=1)
     rows = np.arange(rows_count)
