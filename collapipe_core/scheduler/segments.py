@@ -39,7 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.problem import IntArray, take_last
@@ -247,21 +246,21 @@ def _dp(
         new, pick, from_start = np.minimum(dp, start), np.where(start < dp, j, 0), start < dp
         width = int(cap.max()) if step > 0 else 0
         if width > 0:
-            # continuations: dp[j − d] + c(d), d = 1..width, as windows of dp padded with ∞ on the left; at
-            # the last device only j = L, the one entry the result reads
+            # continuations dp[j − d] + c(d), d = width..1 (of equal ones the largest d), from dp padded
+            # with ∞ on the left; at the last device only j = L, the one entry the result reads
             lo = L if step == k - 1 else 0
             padded = np.concatenate([np.full((batch, width), np.inf), dp], axis=1)
-            windows = sliding_window_view(padded, width, axis=1)[
-                :, lo : L + 1
-            ]  # (B, J, width): dp[j − width + i]
-            total = windows + cost[:, None, width - 1 :: -1]  # i ↔ d = width − i
-            i = np.argmin(total, axis=2)
-            cont = np.full(new.shape, np.inf)
-            cont[:, lo:] = np.take_along_axis(total, i[..., None], axis=2)[..., 0]
-            use = cont < new
-            new = np.where(use, cont, new)
-            pick[:, lo:] = np.where(use[:, lo:], width - i, pick[:, lo:])
-            from_start = from_start & ~use
+            cont, size = np.full((batch, L + 1 - lo), np.inf), np.zeros((batch, L + 1 - lo), dtype=np.int64)
+            value, better = np.empty(cont.shape), np.empty(cont.shape, dtype=bool)
+            for d in range(width, 0, -1):
+                np.add(padded[:, lo + width - d : L + 1 + width - d], cost[:, d - 1 : d], out=value)
+                np.less(value, cont, out=better)
+                np.copyto(cont, value, where=better)
+                np.copyto(size, d, where=better)
+            use = cont < new[:, lo:]
+            new[:, lo:] = np.where(use, cont, new[:, lo:])
+            pick[:, lo:] = np.where(use, size, pick[:, lo:])
+            from_start[:, lo:] &= ~use
         changed = new < dp
         choice[step] = np.where(changed, pick, 0)
         started[step] = changed & from_start
