@@ -33,6 +33,7 @@ THRESHOLDS = 32  # most thresholds of each kind (X̄, Γ̄) the DP examines per 
 MOVES_PER_MODEL = 4  # best-ranked moves per cluster and link model
 
 Solution = tuple[IntArray, IntArray, FloatArray, FloatArray]  # δ (N, K), M (N,), β, p (N, K)
+Weights = tuple[FloatArray, FloatArray]  # each cluster's weights w_n, v_n on its pipeline and gather times
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,11 +166,7 @@ def best_moves(
 
 
 def candidates(
-    pr: RoundProblem,
-    solution: Solution,
-    weights: tuple[FloatArray, FloatArray],
-    explore: bool,
-    wide: bool = True,
+    pr: RoundProblem, solution: Solution, weights: Weights, explore: bool, wide: bool = True
 ) -> Candidates:
     """Every cluster's candidates, each once. Row sets: weights (1, 1) at every candidate M, and the
     clusters' own weights (the link step's choice) at their M; with several clusters (``wide``) also

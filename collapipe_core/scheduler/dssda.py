@@ -44,14 +44,8 @@ import numpy.typing as npt
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray, device_id
 from collapipe_core.scheduler.base import register
-from collapipe_core.scheduler.candidates import RowSet, Solution, candidates, segment_step
-from collapipe_core.scheduler.clusters import (
-    WEIGHTS,
-    LinkCache,
-    coupled_links,
-    others_max,
-    select,
-)
+from collapipe_core.scheduler.candidates import RowSet, Solution, Weights, candidates, segment_step
+from collapipe_core.scheduler.clusters import WEIGHTS, LinkCache, coupled_links, others_max, select
 from collapipe_core.scheduler.microbatches import best_microbatches
 from collapipe_core.scheduler.problem import (
     IntArray,
@@ -150,13 +144,8 @@ def _descend(pr: RoundProblem, cache: LinkCache, solution: Solution) -> tuple[So
 
 
 def _pass(
-    pr: RoundProblem,
-    cache: LinkCache,
-    solution: Solution,
-    weights: tuple[FloatArray, FloatArray],
-    explore: bool,
-    wide: bool,
-) -> tuple[Solution, tuple[FloatArray, FloatArray]]:
+    pr: RoundProblem, cache: LinkCache, solution: Solution, weights: Weights, explore: bool, wide: bool
+) -> tuple[Solution, Weights]:
     """One pass: every cluster's candidates (every candidate M when ``explore``), links for each (weights
     (1, 1) and the cluster's own), the acceptance; then, with several clusters, the links coupled again
     (the new weights)."""
@@ -319,25 +308,24 @@ class NoPlacementFits(ValueError):
 def check_memory(pr: RoundProblem) -> None:
     """Refuse a round where some cluster cannot hold the encoder even with one micro-batch."""
     caps = pr.memory_caps(np.ones(pr.shape[0]))
-    short = [n for n in range(pr.shape[0]) if caps[n].sum() < pr.num_blocks]
-    if not short:
-        return
     per_block = pr.block_state_bytes + pr.activation_bytes
     lines = []
-    for n in short:
-        missing = pr.num_blocks - int(caps[n].sum())
+    for n in np.flatnonzero(caps.sum(axis=1) < pr.num_blocks).tolist():
+        held = int(caps[n].sum())
+        missing = pr.num_blocks - held
         devices = ", ".join(
-            f"{device_id(n, k)} fits {int(caps[n, k])} "
-            f"({'unavailable' if not pr.available[n, k] else f'{pr.memory_bytes[n, k] / 2**20:.1f} MiB'})"
+            f"{device_id(n, k)} fits {caps[n, k]} "
+            f"({f'{pr.memory_bytes[n, k] / 2**20:.1f} MiB' if pr.available[n, k] else 'unavailable'})"
             for k in range(pr.shape[1])
         )
         lines.append(
-            f"cluster {n}: its devices hold {int(caps[n].sum())} of {pr.num_blocks} TEBs even at M = 1 "
-            f"({devices}); short by {missing} TEB(s) = {missing * per_block:.0f} bytes "
-            f"({missing * per_block / 2**20:.2f} MiB at {per_block / 2**20:.2f} MiB per TEB, plus "
-            f"{pr.overhead_bytes / 2**20:.0f} MiB runtime on each device)"
+            f"cluster {n}: its devices hold {held} of {pr.num_blocks} TEBs even at M = 1 ({devices}); short "
+            f"by {missing} TEB(s) = {missing * per_block:.0f} bytes ({missing * per_block / 2**20:.2f} MiB "
+            f"at {per_block / 2**20:.2f} MiB per TEB, plus {pr.overhead_bytes / 2**20:.0f} MiB runtime on "
+            "each device)"
         )
-    raise NoPlacementFits("dssda: no placement fits in memory — " + "; ".join(lines))
+    if lines:
+        raise NoPlacementFits("dssda: no placement fits in memory — " + "; ".join(lines))
 
 
 @register("dssda")
