@@ -63,10 +63,9 @@ class Fixed:
 def _fit_micro(pr: RoundProblem, micro: int) -> IntArray:
     """Per cluster the largest M ≤ ``micro`` at which the available devices' memory holds the encoder
     (1 if none does)."""
-    out = np.ones(pr.shape[0], dtype=np.int64)
-    for m in range(1, max(micro, 1) + 1):
-        fits = pr.memory_caps(np.full(pr.shape[0], m)).sum(axis=1) >= pr.num_blocks
-        out = np.where(fits, m, out)
+    m = np.arange(1, max(micro, 1) + 1)[:, None]  # (M, 1)
+    fits = pr.memory_caps(m).sum(axis=2) >= pr.num_blocks  # (M, N)
+    out: IntArray = np.max(np.where(fits, m, 1), axis=0)
     return out
 
 

@@ -110,10 +110,8 @@ def segment_step(
     others = micro.sum() - micro
     convergence = pr.convergence_gain / (m_rows + others[cluster])
     value = cost + np.tile(convergence, len(models))
-    fits = np.isfinite(value)
-    out = Candidates(
-        np.tile(cluster, len(models))[fits], found[fits], np.tile(m_rows, len(models))[fits], value[fits]
-    )
+    out = Candidates(np.tile(cluster, len(models)), found, np.tile(m_rows, len(models)), value)
+    out = indexed(out, np.isfinite(value))
     at_current = np.zeros(n, dtype=np.int64)
     current = np.flatnonzero(every[1] == micro[every[0]])
     at_current[every[0][current]] = current

@@ -144,9 +144,8 @@ def _select(
     s_count, w, n = pipe.shape
     if w == 1:  # one undominated option per cluster
         return np.zeros((s_count, n), dtype=np.int64)
-    levels_p, levels_g = pipe.reshape(pipe.shape[0], -1), gather.reshape(gather.shape[0], -1)
-    if (w * n) ** 2 * w * n <= LEVELS_LIMIT:
-        return _levels(pr, pipe, gather, energy, m, levels_p, levels_g)
+    if (w * n) ** 2 * w * n <= LEVELS_LIMIT:  # every option's values as levels
+        return _levels(pr, pipe, gather, energy, m, pipe.reshape(s_count, -1), gather.reshape(s_count, -1))
     # many clusters: the levels nearest the lowest feasible ones, and best responses; the better
     window = max(int(np.sqrt(LEVELS_LIMIT / (w * n))), 2)
     near = [_lowest_levels(x, window) for x in (pipe, gather)]

@@ -82,8 +82,7 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 1, (1.0,))[:2])
     solution, current, passes = _descend(pr, cache, (delta, micro, beta, power))
     # polish: M for the links found, links coupled with a finer menu
-    n = pr.shape[0]
-    delta = solution[0]
+    n, delta = pr.shape[0], solution[0]
     micro = _micro_step(pr, delta[None], solution[2][None], solution[3][None])[0] if n > 1 else solution[1]
     weights = tuple(float(w) for w in np.linspace(1.0, 0.0, 11)) if n == 2 else WEIGHTS
     beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 2, weights)[:2])
@@ -92,10 +91,8 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
         solution, current = fine, objective(pr, fine)
     if 1 < n <= PLUS_MINUS_ONE_CLUSTERS:
         solution, current = _micro_plus_minus_one(pr, cache, solution, current)
-    decision = Decision.from_arrays(
-        solution[0], solution[2], solution[3], solution[1], solver_iterations=passes + 1
-    )
-    return decision, current
+    delta, micro, beta, power = solution
+    return Decision.from_arrays(delta, beta, power, micro, solver_iterations=passes + 1), current
 
 
 def _micro_plus_minus_one(
@@ -107,8 +104,8 @@ def _micro_plus_minus_one(
     for _ in range(MAX_PASSES):
         delta, micro = solution[0], solution[1]
         limit = np.minimum(pr.memory_limit(delta), pr.microbatch_limit)
-        moves = np.concatenate([np.eye(pr.shape[0], dtype=np.int64), -np.eye(pr.shape[0], dtype=np.int64)])
-        micros = micro + moves
+        one = np.eye(pr.shape[0], dtype=np.int64)
+        micros = micro + np.concatenate([one, -one])  # M_n + 1, then M_n − 1, of each cluster n
         micros = micros[np.all((micros >= 1) & (micros <= limit), axis=1)]
         if micros.shape[0] == 0:
             break
@@ -234,10 +231,9 @@ def _selected(
     """One option per cluster — its current part (option 0) or one of its candidates — chosen by the
     cluster selection; as chosen and with M re-chosen by the joint M step."""
     n = pr.shape[0]
-    slot = np.zeros(owner.size, dtype=np.int64)  # each candidate's option within its cluster
-    for c in range(n):
-        mine = np.flatnonzero(owner == c)
-        slot[mine] = 1 + np.arange(mine.size)
+    order = np.argsort(owner, kind="stable")
+    slot = np.empty_like(owner)  # each candidate's option within its cluster: 1, 2, … in order
+    slot[order] = 1 + np.arange(owner.size) - np.searchsorted(owner[order], owner[order])
     menus = []
     for current, option, missing in zip(now, new, (np.inf, 0.0, 0.0, 1.0), strict=True):
         menu = np.full((int(slot.max()) + 1, n), float(missing))
@@ -271,33 +267,24 @@ def _start(pr: RoundProblem) -> tuple[IntArray, IntArray]:
     p_max, the best of each cluster over the candidate M."""
     n = pr.shape[0]
     share = np.where(pr.available, 1.0 / np.maximum(pr.available.sum(axis=1, keepdims=True), 1), 0.0)
-    everyone = (
-        pr.available.astype(np.int64),
-        np.ones(n, dtype=np.int64),
-        share,
-        np.where(share > 0, pr.max_power_w, 0.0),
-    )
-    fallback = _fallback(pr)
-    ones = np.ones(n)
-    found, _, _ = segment_step(pr, everyone, fallback, [RowSet(ones, ones)], True, ("current",))
-    delta, micro = fallback, np.ones(n, dtype=np.int64)
-    for c in range(n):
-        mine = np.flatnonzero(found.owner == c)
-        if mine.size:
-            i = mine[np.argmin(found.value[mine])]
-            delta[c], micro[c] = found.delta[i], found.micro[i]
+    power = np.where(share > 0, pr.max_power_w, 0.0)
+    everyone = (pr.available.astype(np.int64), np.ones(n, dtype=np.int64), share, power)
+    delta, micro, ones = _fallback(pr), np.ones(n, dtype=np.int64), np.ones(n)
+    found, _, _ = segment_step(pr, everyone, delta, [RowSet(ones, ones)], True, ("current",))
+    order = np.lexsort((found.value, found.owner))  # by cluster, then by cost
+    best = order[np.unique(found.owner[order], return_index=True)[1]]  # each cluster's least cost
+    delta[found.owner[best]], micro[found.owner[best]] = found.delta[best], found.micro[best]
     return delta, micro
 
 
 def _fallback(pr: RoundProblem) -> IntArray:
     """A placement that fits in memory at M = 1: the largest caps first, per cluster."""
     caps = pr.memory_caps(np.ones(pr.shape[0]))
+    order = np.argsort(-caps, axis=1, kind="stable")
+    room = np.take_along_axis(caps, order, axis=1)
     delta = np.zeros(pr.shape, dtype=np.int64)
-    for n in range(pr.shape[0]):
-        left = pr.num_blocks
-        for k in np.argsort(-caps[n], kind="stable"):
-            delta[n, k] = min(left, int(caps[n, k]))
-            left -= delta[n, k]
+    before = np.cumsum(room, axis=1) - room  # the TEBs placed on the devices with larger caps
+    np.put_along_axis(delta, order, np.clip(pr.num_blocks - before, 0, room), axis=1)
     return delta
 
 

@@ -133,11 +133,17 @@ def allocate(
     lp = _Rows(pr, terms, d, np.where(on, pi, 0.0), weight, reach)
     beta = np.where(on, 1.0 / np.maximum(on.sum(axis=-1, keepdims=True), 1), 0.0)
     x = _snr_limit(lp.pi, beta)
-    best = (score(lp, beta, x), beta, x)
+    best = [score(lp, beta, x), beta.copy(), x.copy()]  # each row's best score, β and x so far
+
+    def keep(rows: IntArray, value: FloatArray) -> None:
+        better = value < best[0][rows]
+        for kept, new in zip(best, (value, beta[rows], x[rows]), strict=True):
+            kept[rows[better]] = new[better]
+
     # the first bandwidth step; a link's SNR does not rise above its start (full power on the equal share)
     beta, new_x, slope, bracket, _ = _trial(lp, beta, x)
     x = np.minimum(x, new_x)
-    best = _better(best, score(lp, beta, x), beta, x)
+    keep(np.arange(x.shape[0]), score(lp, beta, x))
     prices = PRICES if np.any(weight > 0) else 1  # at full power every price gives the same step
     center, spread = np.zeros(bracket.shape[0]), np.ones(bracket.shape[0])
     active = np.arange(delta.shape[0])  # rows still moving
@@ -146,14 +152,12 @@ def allocate(
         new, value = _round(lp.take(active), state, prices)
         moved = np.any(new[0] != beta[active], axis=1)
         beta[active], x[active], slope[active], bracket[active], center[active], spread[active] = new
-        scored = np.full(best[0].shape, np.inf)
-        scored[active] = value
-        best = _better(best, scored, beta, x)
+        keep(active, value)
         if prices == 1:  # at full power a row whose β repeats would repeat this round
             active = active[moved]
             if active.size == 0:
                 break
-    value, beta, x = best
+    _, beta, x = best
     power = np.where(on, beta * pr.bandwidth_hz * pr.noise_w_per_hz * x / pr.gain, 0.0)
     return beta, np.minimum(power, pr.max_power_w)
 
@@ -181,18 +185,6 @@ def _round(
     zoom = np.where(pick % (PRICES - 1) == 0, spread, spread / 3.0)  # zoom unless the pick is an end
     new = (t_beta[at, pick], t_x[at, pick], t_slope[at, pick], t_bracket[at, pick], mu[at, pick], zoom)
     return new, t_value[at, pick]
-
-
-def _better(
-    best: tuple[FloatArray, FloatArray, FloatArray], value: FloatArray, beta: FloatArray, x: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """The best (score, β, x) so far, row by row."""
-    better = value < best[0]
-    return (
-        np.where(better, value, best[0]),
-        np.where(better[:, None], beta, best[1]),
-        np.where(better[:, None], x, best[2]),
-    )
 
 
 def _snr_limit(pi: FloatArray, beta: FloatArray) -> FloatArray:

@@ -79,9 +79,8 @@ def segment_cost(sc: SegmentCosts, delta: IntArray) -> FloatArray:
 def _maxima(sc: SegmentCosts, rows: IntArray, x: FloatArray, t: FloatArray, gather: FloatArray) -> FloatArray:
     """c1·[max(c_F, X, T) + max(c_B, 2X, T)] + c2·max(Γ_f, Γ) + c3·Γ of the given rows (x, t, gather broadcast
     against ``rows``' shape)."""
-    stages = np.maximum(np.maximum(sc.stage_f[rows], x), t) + np.maximum(
-        np.maximum(sc.stage_b[rows], 2 * x), t
-    )
+    forward, backward = np.maximum(sc.stage_f[rows], x), np.maximum(sc.stage_b[rows], 2 * x)
+    stages = np.maximum(forward, t) + np.maximum(backward, t)
     gathers = sc.c2[rows] * np.maximum(sc.gather_floor[rows], gather) + sc.c3[rows] * gather
     value: FloatArray = sc.c1[rows] * stages + gathers
     return value
@@ -218,20 +217,13 @@ def _window(values: FloatArray, now: FloatArray, width: int) -> FloatArray:
 
 
 def _dp(
-    sc: SegmentCosts,
-    rows: IntArray,
-    caps: IntArray,
-    x_bar: FloatArray,
-    g_bar: FloatArray,
-    order: IntArray,
-    L: int,
+    sc: SegmentCosts, rows: IntArray, caps: IntArray, x: FloatArray, g: FloatArray, order: IntArray, L: int
 ) -> tuple[IntArray, FloatArray]:
-    """The DP of a batch of (row, pair): rows (B,) of ``sc``, the pairs' caps (B, K), X̄, Γ̄ (B,) and each
-    row's device order (B, K); returns δ (B, K) and the cost charged at the thresholds (∞: no placement)."""
+    """The DP of a batch of (row, pair): rows (B,) of ``sc``, the pairs' caps (B, K), X̄, Γ̄ (B,) (0: none of
+    that kind) and each row's device order (B, K); returns δ (B, K) and the cost charged at the thresholds
+    (∞: no placement)."""
     batch, k = caps.shape
     at = np.arange(batch)
-    x = np.where(np.isfinite(x_bar), x_bar, 0.0)
-    g = np.where(np.isfinite(g_bar), g_bar, 0.0)
     j = np.arange(L + 1)
     dp = np.full((batch, L + 1), np.inf)
     choice = np.zeros((k, batch, L + 1), dtype=np.int64)
