@@ -30,8 +30,8 @@ With dp_s[j] the least cost of j TEBs on the first s devices with the schedule s
     dp_s[j] = min(dp_{s−1}[j],  min_{1 ≤ d ≤ cap_s} dp_{s−1}[j − d] + c_s(d),  c_s(j) + S_s)   (j ≤ cap_s)
 
 where S_s = c1·[max(c_F, X̄, t_s) + max(c_B, 2X̄, t_s)] + c2·max(Γ_f, Γ̄) + c3·Γ̄ charges the maxima when device s
-starts the schedule. Work: O(rows × pairs × K × L × D), D the largest cap, each device step one array
-operation over every (row, pair) of a batch.
+starts the schedule. Work: O(rows × pairs × K × L × D), D the largest cap, each device step D array
+operations (one per segment size) over every (row, pair) of a batch.
 """
 
 from __future__ import annotations
