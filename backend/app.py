@@ -4,6 +4,7 @@ composition root (``backend.composition``). Tests may pass a dispatcher of their
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,6 +40,7 @@ from backend.runs.router import router as runs_router
 from backend.runtime.dispatch import RunDispatcher
 from backend.settings import Settings
 from backend.studies.router import router as studies_router
+from backend.users.last_use import LastUse
 from backend.users.router import admin_router, auth_router
 
 FRONTEND_DIR = Path(__file__).resolve().parents[1] / "frontend"
@@ -58,13 +60,19 @@ def create_app(
     runner = dispatcher = runtime.dispatcher
     preflight = PreflightProcess(settings.preflight_timeout_s)
 
+    last_use = LastUse(session_factory)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await runner.start()
+        flusher = asyncio.create_task(last_use.flush_periodically(), name="collapipe-last-use")
         settle_after_startup()
         try:
             yield
         finally:
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+            await to_thread.run_sync(last_use.flush)
             await runner.stop()
             await to_thread.run_sync(preflight.stop)
             await runtime.aclose()
@@ -81,6 +89,7 @@ def create_app(
     app.state.preflight = preflight
     app.state.engine = engine
     app.state.session_factory = session_factory
+    app.state.last_use = last_use
     app.state.read_session_factory = make_read_session_factory(engine)
     app.state.channel = runtime.channel
     app.state.wake = runtime.wake

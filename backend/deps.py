@@ -21,6 +21,7 @@ from backend.runtime.dispatch import RunDispatcher
 from backend.runtime.wake import Wake
 from backend.settings import Settings
 from backend.users import service as users
+from backend.users.last_use import LastUse
 from collapipe_core.workspace import Workspace
 
 SESSION_COOKIE = "collapipe_session"
@@ -33,7 +34,7 @@ async def _session(request: Request) -> AsyncIterator[Session]:
     thread), so only the end — commit, after-commit actions, close — takes a worker thread.
     """
     state = request.app.state
-    # GET only reads (or, at most, stamps a token's last use, a write that needs no transaction)
+    # GET only reads (last-use stamps are written apart, backend.users.last_use)
     factory = state.read_session_factory if request.method == "GET" else state.session_factory
     session: Session = factory()
     try:
@@ -132,14 +133,15 @@ def _credential(request: Request) -> Credential:
     raise Unauthenticated("log in (POST /api/auth/login) or send 'Authorization: Bearer <token>'")
 
 
-def _user_for(session: Session, credential: Credential) -> User:
-    """The credential's user, read now: a revoked token, an ended session or a deleted user is a 401."""
+def _user_for(session: Session, credential: Credential, last_use: LastUse, idle_s: float) -> User:
+    """The credential's user, read now: a revoked token, an ended or idle session or a deleted user is
+    a 401. The use is noted in memory (``LastUse``), never written inside the request's transaction."""
     if credential.kind == "token":
-        user = users.user_for_token(session, credential.secret)
+        user = users.user_for_token(session, credential.secret, last_use)
         if user is None:
             raise Unauthenticated("the API token is unknown or revoked")
         return user
-    user = users.user_for_session(session, credential.secret)
+    user = users.user_for_session(session, credential.secret, last_use, idle_s)
     if user is None:
         raise Unauthenticated("the session expired or was ended; log in again")
     return user
@@ -147,7 +149,8 @@ def _user_for(session: Session, credential: Credential) -> User:
 
 def _current_user(request: Request, session: SessionDep) -> User:
     """The caller, from ``Authorization: Bearer <token>`` or else the session cookie; 401 if neither."""
-    return _user_for(session, _credential(request))
+    state = request.app.state
+    return _user_for(session, _credential(request), state.last_use, state.settings.session_idle_s)
 
 
 CurrentUser = Annotated[User, Depends(_current_user)]
@@ -162,18 +165,20 @@ class StreamAccess:
     the stream within one heartbeat.
     """
 
-    def __init__(self, session_factory: SessionFactory, credential: Credential, role: str) -> None:
-        self.session_factory = session_factory
-        self.credential = credential
+    def __init__(self, request: Request, role: str) -> None:
+        state = request.app.state
+        self.session_factory: SessionFactory = state.session_factory
+        self.last_use: LastUse = state.last_use
+        self.idle_s: float = state.settings.session_idle_s
+        self.credential = _credential(request)
         self.role = role
 
     def check(self) -> None:
         """Raise Unauthenticated or Forbidden unless the caller may still read (a short session)."""
         with self.session_factory() as session:
-            user = _user_for(session, self.credential)
+            user = _user_for(session, self.credential, self.last_use, self.idle_s)
             if not users.has_role(user, self.role):
                 raise Forbidden(f"this needs the {self.role} role; you are {user.role}")
-            session.commit()  # a token's last-use stamp
 
     async def allowed(self) -> bool:
         try:
@@ -184,7 +189,7 @@ class StreamAccess:
 
 
 async def _stream_viewer(request: Request) -> StreamAccess:
-    access = StreamAccess(request.app.state.session_factory, _credential(request), "viewer")
+    access = StreamAccess(request, "viewer")
     await to_thread.run_sync(access.check)
     return access
 

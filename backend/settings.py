@@ -99,6 +99,12 @@ class Settings(BaseSettings):
     )
     cookie_secure: bool = Field(default=False, description="set Secure on the session cookie (HTTPS)")
     session_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0, description="browser session lifetime")
+    session_idle_s: float = Field(
+        default=12 * 3600.0,
+        ge=120,
+        description="a browser session unused for this long ends (log in again); its use is recorded "
+        "at most 30 s late",
+    )
     lease_s: float = Field(default=60.0, gt=0, description="a run's lease; renewed every round and lease/3")
     dispatch_interval_s: float = Field(default=0.2, gt=0, description="local dispatcher tick")
     sse_poll_interval_s: float = Field(

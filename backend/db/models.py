@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     Float,
@@ -59,9 +60,14 @@ def _in(values: tuple[str, ...]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
+# SQLite reuses the largest id after a delete unless a table says AUTOINCREMENT: ids that appear in
+# links, exports and logs (users, tokens, experiments, runs, studies) must never name another row
+NEVER_REUSED = {"sqlite_autoincrement": True}
+
+
 class User(Base):
     __tablename__ = "users"
-    __table_args__ = (CheckConstraint(f"role IN ({_in(ROLES)})", name="role"),)
+    __table_args__ = (CheckConstraint(f"role IN ({_in(ROLES)})", name="role"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     username: Mapped[str] = mapped_column(String(64), unique=True)
@@ -78,6 +84,7 @@ class User(Base):
 
 class ApiToken(Base):
     __tablename__ = "api_tokens"
+    __table_args__ = (NEVER_REUSED,)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
@@ -89,7 +96,8 @@ class ApiToken(Base):
 
 
 class BrowserSession(Base):
-    """A login: the cookie holds a random secret, the table its SHA-256 (logout deletes the row)."""
+    """A login: the cookie holds a random secret, the table its SHA-256 (logout deletes the row).
+    ``last_used_at`` (written in batches, backend.users.last_use) ends an idle session."""
 
     __tablename__ = "sessions"
 
@@ -98,10 +106,12 @@ class BrowserSession(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
 class Experiment(Base):
     __tablename__ = "experiments"
+    __table_args__ = (NEVER_REUSED,)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200), index=True)
@@ -119,6 +129,7 @@ class Run(Base):
     __table_args__ = (
         CheckConstraint(f"status IN ({_in(RUN_STATUSES)})", name="status"),
         Index("ix_runs_status_id", "status", "id"),
+        NEVER_REUSED,
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -141,6 +152,9 @@ class Run(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # the file (in the run's artifact directory) of its current checkpoint, named by its lease holder
+    # once complete (backend.runtime.checkpoints)
+    checkpoint: Mapped[str | None] = mapped_column(String(100))
     parent_run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"), index=True)
     fork_round: Mapped[int | None] = mapped_column(Integer)
     policy: Mapped[str] = mapped_column(String(200))
@@ -237,7 +251,7 @@ class Study(Base):
     each cell's axis values. A study has no status of its own: it is derived from its runs."""
 
     __tablename__ = "studies"
-    __table_args__ = (CheckConstraint("concurrency >= 1", name="concurrency"),)
+    __table_args__ = (CheckConstraint("concurrency >= 1", name="concurrency"), NEVER_REUSED)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200), index=True)
@@ -246,3 +260,18 @@ class Study(Base):
     cells: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     concurrency: Mapped[int] = mapped_column(Integer)  # at most this many of its runs run at once
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class DataFile(Base):
+    """A file uploaded into the data directory (backend.files): who uploaded it and its size, for
+    the per-user quotas and the overwrite rule. ``name`` is the file's path under the data directory
+    (``datasets/x.csv``, ``checkpoints/NAME/config.json``). Files placed on the disk by other means
+    have no row."""
+
+    __tablename__ = "data_files"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(400), unique=True)
+    uploader_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), index=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    uploaded_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Row, bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
@@ -83,17 +84,17 @@ def get_token_by_hash(session: Session, token_hash: str) -> ApiToken | None:
 
 # built once: a request's token check then skips building and hashing the statement (a hot path)
 _TOKEN_WITH_USER = (
-    select(User, ApiToken.id, ApiToken.revoked_at, ApiToken.last_used_at)
+    select(User, ApiToken.id, ApiToken.revoked_at)
     .join(ApiToken, ApiToken.user_id == User.id)
     .where(ApiToken.token_hash == bindparam("token_hash"))
 )
 
 
-TokenCheck = Row[User, int, datetime | None, datetime | None]
+TokenCheck = Row[User, int, datetime | None]
 
 
 def token_with_user(session: Session, token_hash: str) -> TokenCheck | None:
-    """(user, token id, revoked_at, last_used_at) of the token with this hash, in one query."""
+    """(user, token id, revoked_at) of the token with this hash, in one query."""
     return session.execute(_TOKEN_WITH_USER, {"token_hash": token_hash}).first()
 
 
@@ -104,13 +105,23 @@ def list_tokens(session: Session, user_id: int | None = None) -> list[ApiToken]:
     return list(session.scalars(query))
 
 
-def touch_token(session: Session, token_id: int, now: datetime) -> None:
-    session.execute(
-        update(ApiToken)
-        .where(ApiToken.id == token_id)
-        .values(last_used_at=now)
-        .execution_options(synchronize_session=False)
+def touch_tokens(session: Session, last_used: dict[int, datetime]) -> None:
+    """Set ``last_used_at`` of each token id (one batched UPDATE; unknown ids are ignored)."""
+    _touch(session, ApiToken.__table__, last_used)
+
+
+def touch_sessions(session: Session, last_used: dict[int, datetime]) -> None:
+    _touch(session, BrowserSession.__table__, last_used)
+
+
+def _touch(session: Session, table: Any, last_used: dict[int, datetime]) -> None:
+    if not last_used:
+        return
+    statement = (
+        update(table).where(table.c.id == bindparam("row_id")).values(last_used_at=bindparam("used_at"))
     )
+    rows = [{"row_id": key, "used_at": when} for key, when in sorted(last_used.items())]
+    session.connection().execute(statement, rows)
 
 
 def add_session(session: Session, browser_session: BrowserSession) -> None:

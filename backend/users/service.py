@@ -11,11 +11,11 @@ from backend.db.base import utcnow
 from backend.db.models import ROLES, ApiToken, BrowserSession, User
 from backend.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthenticated
 from backend.users import repository as repo
+from backend.users.last_use import LastUse
 from backend.users.schemas import UserCreate, UserUpdate
 from backend.users.security import hash_password, hash_secret, new_password, new_secret, verify_password
 
 ROLE_RANK = {role: rank for rank, role in enumerate(ROLES)}
-TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)  # last_used_at is written at most this often
 
 
 def has_role(user: User, role: str) -> bool:
@@ -47,24 +47,30 @@ def end_session(session: Session, secret: str) -> None:
     repo.delete_session(session, hash_secret(secret))
 
 
-def user_for_session(session: Session, secret: str) -> User | None:
+def user_for_session(session: Session, secret: str, last_use: LastUse, idle_s: float) -> User | None:
+    """The session's user; None once it expired, or sat unused for more than ``idle_s``. Its use is
+    noted in ``last_use`` (written later, outside this request's transaction)."""
     found = repo.get_session_by_hash(session, hash_secret(secret))
-    if found is None or found.expires_at < utcnow():
+    now = utcnow()
+    if found is None or found.expires_at < now:
         return None
+    used = [t for t in (found.created_at, found.last_used_at, last_use.session_seen(found.id)) if t]
+    if now - max(used) > timedelta(seconds=idle_s):
+        return None
+    last_use.session_used(found.id, now)
     return repo.get_user(session, found.user_id)
 
 
-def user_for_token(session: Session, secret: str) -> User | None:
-    """The token's user, read from the database on every call: a revoked token stops at once."""
+def user_for_token(session: Session, secret: str, last_use: LastUse) -> User | None:
+    """The token's user, read from the database on every call: a revoked token stops at once. Its use
+    is noted in ``last_use`` (written later, outside this request's transaction)."""
     found = repo.token_with_user(session, hash_secret(secret))
     if found is None:
         return None
-    user, token_id, revoked_at, last_used_at = found
+    user, token_id, revoked_at = found
     if revoked_at is not None:
         return None
-    now = utcnow()
-    if last_used_at is None or now - last_used_at > TOKEN_TOUCH_INTERVAL:
-        repo.touch_token(session, token_id, now)
+    last_use.token_used(token_id, utcnow())
     return user
 
 

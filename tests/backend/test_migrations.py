@@ -34,6 +34,7 @@ TABLES = {
     "device_metrics",
     "run_events",
     "studies",
+    "data_files",
     "alembic_version",
 }
 
@@ -68,6 +69,9 @@ def test_upgrade_downgrade_upgrade_and_check(empty_database: str) -> None:
     assert _tables(empty_database) == TABLES
     command.check(alembic_config(empty_database))  # raises if models and migrations disagree
     downgrade(empty_database, "-1")
+    assert "data_files" not in _tables(empty_database)
+    assert "last_used_at" not in _columns(empty_database, "sessions")
+    downgrade(empty_database, "0004")
     assert "blocks_moved" not in _columns(empty_database, "round_metrics")
     assert "gradient_noise_scale" in _columns(empty_database, "round_metrics")
     downgrade(empty_database, "0003")
@@ -138,5 +142,31 @@ def test_a_sqlite_batch_rebuild_of_runs_keeps_child_rows(tmp_path: Path) -> None
             connection.commit()
         with engine.connect() as connection:
             assert connection.execute(text("SELECT count(*) FROM round_metrics")).scalar() == 1
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_never_reuses_the_id_of_a_deleted_run(tmp_path: Path) -> None:
+    """Old links, exports and logs name a run by its id: a deleted run's id is not given again, on a
+    database migrated from before the tables said AUTOINCREMENT (its rows keep their ids)."""
+    url = sqlite_url(tmp_path, create_tables=False)
+    command.upgrade(alembic_config(url), "0005")
+    insert = text(
+        "INSERT INTO runs (name, config, status, created_at, rounds_done, total_rounds, cancel_requested, "
+        "attempt, policy, executor, v, num_clusters, devices_per_cluster) VALUES ('r', '{}', 'queued', "
+        "'2026-01-01 00:00:00', 0, 1, 0, 0, 'uniform', 'analytic', 1.0, 1, 1) RETURNING id"
+    )
+    engine = make_engine(url)
+    try:
+        with engine.begin() as connection:
+            assert [connection.execute(insert).scalar() for _ in range(3)] == [1, 2, 3]
+        upgrade_to_head(url)
+        with engine.begin() as connection:
+            assert connection.execute(text("SELECT id FROM runs ORDER BY id")).scalars().all() == [1, 2, 3]
+            connection.execute(text("DELETE FROM runs WHERE id = 3"))
+            assert connection.execute(insert).scalar() == 4
+            connection.execute(text("DELETE FROM runs WHERE id = 4"))
+        with engine.begin() as connection:
+            assert connection.execute(insert).scalar() == 5
     finally:
         engine.dispose()
