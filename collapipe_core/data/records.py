@@ -54,11 +54,17 @@ def read_records(config: ExperimentConfig, workspace: Workspace, which: Which) -
         data = workspace.read_bytes(context.field, name)
     except FileRefused as err:
         raise DataError.refused(err) from None
-    table = parse_table(context, data, file_format(context, files.format))
-    if table.num_rows == 0:
-        raise context.error("has no rows, only column names; add the rows to train on")
     kind = config.model.kind
     text_field = "source_column" if kind == "seq2seq" else "text_column"
+    mapped = [getattr(files, text_field)]
+    mapped += (
+        [files.target_column] if kind == "seq2seq" else [files.label_column] if kind == "classifier" else []
+    )
+    mapped += [files.group_column] if which == "train" and files.group_column else []
+    fmt = file_format(context, files.format)
+    table = parse_table(context, data, fmt, mapped, workspace.max_file_bytes)
+    if table.num_rows == 0:
+        raise context.error("has no rows, only column names; add the rows to train on")
     texts = _texts(context, table, files, text_field)
     targets = _texts(context, table, files, "target_column") if kind == "seq2seq" else None
     labels = _labels(context, table, files) if kind == "classifier" else None
