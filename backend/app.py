@@ -27,6 +27,7 @@ from backend.db.engine import (
     ping,
     pool_usage,
 )
+from backend.deps import SESSION_COOKIE
 from backend.error_handlers import install_error_handlers
 from backend.experiments.router import router as experiments_router
 from backend.files.router import router as files_router
@@ -40,7 +41,9 @@ from backend.runs.router import router as runs_router
 from backend.runtime.dispatch import RunDispatcher
 from backend.settings import Settings
 from backend.studies.router import router as studies_router
+from backend.users.csrf import CsrfGuard
 from backend.users.last_use import LastUse
+from backend.users.login_guard import LoginGuard
 from backend.users.router import admin_router, auth_router
 
 FRONTEND_DIR = Path(__file__).resolve().parents[1] / "frontend"
@@ -90,6 +93,13 @@ def create_app(
     app.state.engine = engine
     app.state.session_factory = session_factory
     app.state.last_use = last_use
+    app.state.login_guard = LoginGuard(
+        failures_per_user=settings.login_failures_per_user,
+        failures_per_client=settings.login_failures_per_client,
+        window_s=settings.login_window_s,
+        max_lockout_s=settings.login_max_lockout_s,
+        max_concurrent=settings.login_max_concurrent,
+    )
     app.state.read_session_factory = make_read_session_factory(engine)
     app.state.channel = runtime.channel
     app.state.wake = runtime.wake
@@ -112,6 +122,7 @@ def create_app(
     registry.register(RunCollector(session_factory, dispatcher.queue_depth))
     # uploads stream to disk under their own limit (backend/files)
     app.add_middleware(BodyGuard, max_body_bytes=settings.max_body_bytes, exempt_prefixes=("/api/files/",))
+    app.add_middleware(CsrfGuard, session_cookie=SESSION_COOKIE)  # before any body is read
     app.add_middleware(RequestMetrics, registry=registry)
     _add_probes(app, registry)
     mount_frontend(app, FRONTEND_DIR)

@@ -59,7 +59,7 @@ class BodyGuard:
         if body and (content_type == b"application/json" or content_type.endswith(b"+json")):
             problems = json_problems(body)
             if problems:
-                await _respond(send, 422, _error("invalid_request", _summary(problems), problems))
+                await send_error(send, 422, "invalid_request", _summary(problems), problems)
                 return
         await self.app(scope, _replay(body, receive), send)
 
@@ -69,7 +69,7 @@ class BodyGuard:
             f"the request body is larger than {limit:,} bytes (the server's COLLAPIPE_MAX_BODY_BYTES); "
             "send a smaller one"
         )
-        await _respond(send, 413, _error("payload_too_large", message, None))
+        await send_error(send, 413, "payload_too_large", message)
 
 
 def json_problems(body: bytes) -> list[dict[str, Any]]:
@@ -110,11 +110,9 @@ def _summary(problems: list[dict[str, Any]]) -> str:
     return "invalid request: " + ", ".join(p["field"] for p in problems)
 
 
-def _error(code: str, message: str, details: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details}}
-
-
-async def _respond(send: Send, status: int, document: dict[str, Any]) -> None:
+async def send_error(send: Send, status: int, code: str, message: str, details: Any = None) -> None:
+    """Answer with the API's error shape, ``{"error": {"code", "message", "details"}}``, from a middleware."""
+    document = {"error": {"code": code, "message": message, "details": details}}
     body = json.dumps(document, allow_nan=False).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 413:

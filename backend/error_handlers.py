@@ -11,14 +11,18 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from backend.errors import DomainError
+from backend.errors import DomainError, TooManyRequests
 from collapipe_core.quote import json_value
 
 log = logging.getLogger(__name__)
 
 
-def error_json(status_code: int, code: str, message: str, details: Any = None) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status_code == 401 else None
+def error_json(
+    status_code: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    headers = dict(headers or {})
+    if status_code == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     body = {"error": {"code": code, "message": message, "details": details}}
     return JSONResponse(body, status_code=status_code, headers=headers)
 
@@ -36,7 +40,8 @@ def _validation_details(err: RequestValidationError) -> list[dict[str, Any]]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DomainError)
     async def _domain(_request: Request, err: DomainError) -> JSONResponse:
-        return error_json(err.status_code, err.code, err.message, err.details)
+        headers = {"Retry-After": str(err.retry_after_s)} if isinstance(err, TooManyRequests) else None
+        return error_json(err.status_code, err.code, err.message, err.details, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, err: RequestValidationError) -> JSONResponse:

@@ -72,6 +72,16 @@ class Unavailable(DomainError):
     status_code, code = 503, "unavailable"
 
 
+class TooManyRequests(DomainError):
+    """429 with ``Retry-After``: the caller should wait ``retry_after_s`` seconds before trying again."""
+
+    status_code, code = 429, "too_many_requests"
+
+    def __init__(self, message: str, retry_after_s: int, details: Any = None) -> None:
+        super().__init__(message, details)
+        self.retry_after_s = max(1, retry_after_s)
+
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "not authenticated"},
     403: {"model": ErrorResponse, "description": "role too low"},

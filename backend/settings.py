@@ -99,6 +99,27 @@ class Settings(BaseSettings):
     )
     cookie_secure: bool = Field(default=False, description="set Secure on the session cookie (HTTPS)")
     session_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0, description="browser session lifetime")
+    login_failures_per_user: int = Field(
+        default=5,
+        ge=1,
+        description="failed logins for one username within login_window_s before it is locked",
+    )
+    login_failures_per_client: int = Field(
+        default=20,
+        ge=1,
+        description="failed logins from one address within login_window_s before it is locked",
+    )
+    login_window_s: float = Field(
+        default=60.0, gt=0, description="window of the failure counts, and the first lockout's length"
+    )
+    login_max_lockout_s: float = Field(
+        default=900.0, gt=0, description="longest lockout (each further one doubles, up to this)"
+    )
+    login_max_concurrent: int = Field(
+        default_factory=lambda: os.cpu_count() or 2,
+        ge=1,
+        description="password checks (argon2) at once; a login beyond them gets 429 (default: the cores)",
+    )
     session_idle_s: float = Field(
         default=12 * 3600.0,
         ge=120,

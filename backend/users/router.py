@@ -29,6 +29,10 @@ CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"model": ErrorResponse, "description": "conflicts with existing data"}
 }
 
+THROTTLED: dict[int | str, dict[str, Any]] = {
+    429: {"model": ErrorResponse, "description": "too many failed logins, or password checks at once"}
+}
+
 _LOGIN_SCHEMA = {"$ref": "#/components/schemas/LoginIn"}
 LOGIN_BODY: dict[str, Any] = {
     "requestBody": {
@@ -39,6 +43,11 @@ LOGIN_BODY: dict[str, Any] = {
         },
     }
 }
+
+
+def client_address(request: Request) -> str:
+    """The caller's address (behind a proxy, the one uvicorn's --forwarded-allow-ips trusts)."""
+    return request.client.host if request.client else "unknown"
 
 
 async def _login_body(request: Request) -> LoginIn:
@@ -58,15 +67,19 @@ async def _login_body(request: Request) -> LoginIn:
         ) from None
 
 
-@auth_router.post("/login", openapi_extra=LOGIN_BODY)
+@auth_router.post("/login", openapi_extra=LOGIN_BODY, responses=THROTTLED)
 def login(
     body: Annotated[LoginIn, Depends(_login_body)],
+    request: Request,
     response: Response,
     session: SessionDep,
     settings: SettingsDep,
 ) -> UserOut:
-    """Check the password and set the session cookie (HttpOnly, SameSite=Lax)."""
-    user = service.authenticate(session, body.username, body.password)
+    """Check the password and set the session cookie (HttpOnly, SameSite=Lax). 429 with Retry-After
+    after repeated failures for the username or from the client's address, or while the server is
+    checking too many passwords at once."""
+    guard = request.app.state.login_guard
+    user = service.authenticate(session, body.username, body.password, guard, client_address(request))
     secret = service.start_session(session, user, settings.session_ttl_s)
     response.set_cookie(
         SESSION_COOKIE,

@@ -23,12 +23,24 @@ def hash_password(password: str) -> str:
 
 
 def verify_password(password_hash: str | None, password: str) -> bool:
-    if not password_hash:
-        return False
+    """Whether ``password`` matches. Without a hash (no such user, or a deactivated one) the password
+    is checked against a stand-in hash all the same, so the answer takes as long either way and its
+    timing does not tell which usernames exist."""
     try:
-        return _hasher.verify(password_hash, password)
+        return _hasher.verify(password_hash or _stand_in_hash(), password) and bool(password_hash)
     except (VerificationError, InvalidHashError):
         return False
+
+
+_stand_in: tuple[PasswordHasher, str] | None = None
+
+
+def _stand_in_hash() -> str:
+    """A hash of a random password with the hasher's current parameters (made once per hasher)."""
+    global _stand_in
+    if _stand_in is None or _stand_in[0] is not _hasher:
+        _stand_in = (_hasher, _hasher.hash(secrets.token_urlsafe(16)))
+    return _stand_in[1]
 
 
 def new_secret(prefix: str = TOKEN_PREFIX) -> str:

@@ -11,9 +11,11 @@ from backend.db.base import utcnow
 from backend.db.models import ROLES, ApiToken, BrowserSession, User
 from backend.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthenticated
 from backend.users import repository as repo
+from backend.users import security
 from backend.users.last_use import LastUse
+from backend.users.login_guard import LoginGuard
 from backend.users.schemas import UserCreate, UserUpdate
-from backend.users.security import hash_password, hash_secret, new_password, new_secret, verify_password
+from backend.users.security import hash_password, hash_secret, new_password, new_secret
 
 ROLE_RANK = {role: rank for rank, role in enumerate(ROLES)}
 
@@ -22,10 +24,17 @@ def has_role(user: User, role: str) -> bool:
     return ROLE_RANK[user.role] >= ROLE_RANK[role]
 
 
-def authenticate(session: Session, username: str, password: str) -> User:
+def authenticate(session: Session, username: str, password: str, guard: LoginGuard, client: str) -> User:
+    """The user whose password this is; 401 otherwise (the same answer, and the same work, whether
+    or not the username exists); 429 while ``guard`` throttles the username or the client."""
+    guard.check(client, username)
     user = repo.get_user_by_name(session, username)
-    if user is None or not verify_password(user.password_hash, password):
+    with guard.checking():
+        matches = security.verify_password(user.password_hash if user else None, password)
+    if user is None or not matches:
+        guard.failed(client, username)
         raise Unauthenticated("wrong username or password")
+    guard.succeeded(client, username)
     return user
 
 
@@ -135,7 +144,7 @@ def deactivate_user(session: Session, actor: User, user_id: int) -> User:
 
 
 def change_password(session: Session, user: User, current: str, new: str) -> None:
-    if not verify_password(user.password_hash, current):
+    if not security.verify_password(user.password_hash, current):
         raise InvalidInput(
             "current_password is wrong",
             [{"field": "current_password", "value": None, "message": "does not match"}],

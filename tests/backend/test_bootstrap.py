@@ -57,7 +57,9 @@ def test_a_public_bind_is_allowed_once_the_admin_chose_a_password(tmp_path: Path
     with SyncClient(create_app(_settings(tmp_path), dispatcher=RecordingDispatcher())) as client:
         client.post("/api/auth/login", json={"username": "admin", "password": password})
         changed = client.post(
-            "/api/auth/password", json={"current_password": password, "new_password": "a new secret"}
+            "/api/auth/password",
+            json={"current_password": password, "new_password": "a new secret"},
+            headers={"X-CollaPipe": "1"},  # as the dashboard sends with its session cookie
         )
         assert changed.status_code == 204
     assert prepare(_settings(tmp_path, host="0.0.0.0"))

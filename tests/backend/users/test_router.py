@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from tests.backend.conftest import PASSWORD, Api
 
+DASHBOARD = {"X-CollaPipe": "1"}  # what the dashboard sends with the session cookie
+
 
 def test_login_sets_an_httponly_lax_cookie_that_authenticates(api: Api) -> None:
     response = api.client.post("/api/auth/login", json={"username": "viewer", "password": PASSWORD})
@@ -11,12 +13,16 @@ def test_login_sets_an_httponly_lax_cookie_that_authenticates(api: Api) -> None:
     cookie = response.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=lax" in cookie and "collapipe_session=" in cookie
     assert api.client.get("/api/auth/me").json()["username"] == "viewer"
-    assert api.client.post("/api/auth/logout").status_code == 204
+    assert api.client.post("/api/auth/logout", headers=DASHBOARD).status_code == 204
     assert api.client.get("/api/auth/me").status_code == 401
 
 
-def test_login_accepts_a_form(api: Api) -> None:
-    response = api.client.post("/api/auth/login", data={"username": "admin", "password": PASSWORD})
+def test_login_accepts_a_form_from_the_same_origin(api: Api) -> None:
+    response = api.client.post(
+        "/api/auth/login",
+        data={"username": "admin", "password": PASSWORD},
+        headers={"origin": "http://testserver"},
+    )
     assert response.status_code == 200 and response.json()["username"] == "admin"
 
 
