@@ -117,23 +117,16 @@ class Workspace:
         """The file's content, refused (before reading) when it exceeds ``max_file_bytes`` (or the
         caller's tighter ``max_bytes``)."""
         path = self.path(field_name, name)
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        limits = [x for x in (self.max_file_bytes, max_bytes) if x is not None]
+        limit = min(limits) if limits else None
         try:
-            fd = os.open(path, flags)
+            return read_regular_file(path, limit)
+        except FileTooBig as err:
+            raise FileRefused(field_name, name, _too_big(name, err.size, err.limit)) from None
         except OSError:
             raise FileRefused(
                 field_name, name, f"no file named {short(name)} in the data directory"
             ) from None
-        with os.fdopen(fd, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            limits = [x for x in (self.max_file_bytes, max_bytes) if x is not None]
-            limit = min(limits) if limits else None
-            if limit is not None and size > limit:
-                raise FileRefused(field_name, name, _too_big(name, size, limit))
-            data = handle.read() if limit is None else handle.read(limit + 1)
-        if limit is not None and len(data) > limit:  # grew while being read
-            raise FileRefused(field_name, name, _too_big(name, len(data), limit))
-        return data
 
     def read_text(self, field_name: str, name: str, max_bytes: int | None = None) -> str:
         data = self.read_bytes(field_name, name, max_bytes)
@@ -143,6 +136,39 @@ class Workspace:
             raise FileRefused(
                 field_name, name, f"{short(name)} is not UTF-8 text (byte {err.start}); save it as UTF-8"
             ) from None
+
+
+class FileTooBig(Exception):
+    """A file larger than what its reader takes: ``size`` bytes (at least), ``limit`` allowed."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size} bytes, more than {limit}")
+        self.size = size
+        self.limit = limit
+
+
+def read_regular_file(path: Path, limit: int | None, *, follow_symlinks: bool = False) -> bytes:
+    """The content of the regular file ``path``, of at most ``limit`` bytes.
+
+    It is opened without blocking (a FIFO never hangs the reader) and, unless ``follow_symlinks``,
+    refused when its last component is a symlink; what was opened is judged by ``fstat``: OSError
+    when it is not a regular file (a device, a FIFO, a directory) or cannot be opened, FileTooBig
+    before reading when it is larger than ``limit`` (or when it grew past it while being read).
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        if limit is not None and info.st_size > limit:
+            raise FileTooBig(info.st_size, limit)
+        data = handle.read() if limit is None else handle.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise FileTooBig(len(data), limit)
+    return data
 
 
 def _check_name(field_name: str, name: str) -> None:

@@ -28,7 +28,7 @@ import torch
 
 from ...config import ModelConfig
 from .common import ATTN_IMPLEMENTATION, BuildArgs, Family, HfSplitModel
-from .pretrained import FIELD, SIZE_KEYS, architecture_of, checked_pretrained_dir, read_config_json
+from .pretrained import FIELD, SIZE_KEYS, architecture_of, checked_pretrained_dir, read_config_json, sizes_in
 
 FAMILIES = tuple(SIZE_KEYS)
 
@@ -67,7 +67,7 @@ def build_hf_model(
                 config, attn_implementation=ATTN_IMPLEMENTATION, dtype=torch.float32
             )
         else:
-            model = _load(fam, config, directory)
+            model = _load(fam, config, directory, _shown(model_cfg, directory))
     split = fam.split(model)
     split.train()  # as a built model is; from_pretrained leaves eval mode
     return split
@@ -125,20 +125,18 @@ def _config(
                 f"model ({fam.name}): {fam.config_class.__name__} refused the configuration: {err}"
             ) from None
     else:
-        config_json = read_config_json(directory)
-        found = architecture_of(config_json, directory)
+        name = _shown(model_cfg, directory)
+        config_json = read_config_json(directory, name)
+        found = architecture_of(config_json, directory, name)
         if found != fam.name:
-            raise ValueError(
-                f"{FIELD} {os.fspath(directory)!r} holds a {found} model but model.architecture is {fam.name}"
-            )
-        args = BuildArgs(int(config_json.get("vocab_size", 0)), num_outputs, pad_id, bos_id, eos_id)
+            raise ValueError(f"{FIELD} {name!r} holds a {found} model but model.architecture is {fam.name}")
+        sizes = sizes_in(config_json, directory, name)  # refused here, before transformers sees a size
+        args = BuildArgs(sizes.vocab_size, num_outputs, pad_id, bos_id, eos_id)
         kwargs = fam.config_kwargs(model_cfg, args, pretrained=True)
-        try:
-            config = fam.config_class.from_pretrained(os.fspath(directory), local_files_only=True, **kwargs)
-        except (OSError, TypeError, ValueError) as err:
-            raise ValueError(
-                f"{FIELD} {os.fspath(directory)!r}: its config.json was refused: {err}"
-            ) from None
+        try:  # from the checked dict: transformers never reads the file itself
+            config = fam.config_class.from_dict(config_json, **kwargs)
+        except Exception as err:  # the config class's own checks, whatever they raise
+            raise ValueError(f"{FIELD} {name!r}: its config.json was refused: {_reason(err)}") from None
         vocab, where = int(config.vocab_size), f"{FIELD}'s config.json"
     limit = vocab_size if fam.kind == "classifier" else max(vocab_size, num_outputs)
     if limit > vocab:
@@ -149,8 +147,8 @@ def _config(
     return config
 
 
-def _load(fam: Family, config: Any, directory: str | os.PathLike[str]) -> Any:
-    path = os.fspath(checked_pretrained_dir(directory))
+def _load(fam: Family, config: Any, directory: str | os.PathLike[str], name: str) -> Any:
+    path = os.fspath(checked_pretrained_dir(directory, name))
     try:
         return fam.model_class.from_pretrained(
             path,
@@ -161,4 +159,17 @@ def _load(fam: Family, config: Any, directory: str | os.PathLike[str]) -> Any:
             dtype=torch.float32,
         )
     except (OSError, ValueError, RuntimeError) as err:
-        raise ValueError(f"{FIELD} {path!r} could not be loaded: {err}") from None
+        reason = _reason(err).replace(os.path.abspath(path), name).replace(path, name)
+        raise ValueError(f"{FIELD} {name!r} could not be loaded: {reason}") from None
+
+
+def _shown(model_cfg: ModelConfig, directory: str | os.PathLike[str]) -> str:
+    """How messages name the checkpoint: ``model.pretrained_path`` as the config wrote it (the
+    directory may be where it resolved on a server, which nobody reading a run's error should see)."""
+    return model_cfg.pretrained_path or os.fspath(directory)
+
+
+def _reason(err: BaseException) -> str:
+    """The first line of an exception from transformers or the file, cut short."""
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text if len(text) <= 300 else text[:299] + "…"

@@ -11,6 +11,13 @@ d_model, num_heads, num_kv_heads (llama), ffn_dim, num_blocks, num_decoder_layer
 max_positions (≥ seq_len, and ≥ target_len for bart). A key missing from config.json takes its
 config class's default (:data:`DEFAULTS`, checked against transformers by the tests); GPT-2's
 ``n_inner: null`` means 4·d and LLaMA's ``num_key_value_heads: null`` means num_heads.
+
+config.json is a user's file like any other: it is read only as a regular file of at most
+:data:`MAX_CONFIG_JSON_BYTES`, a nesting past the recursion limit is refused, and every size key it
+gives must be an integer within the bounds the config's own fields have (``ModelConfig``: blocks,
+hidden size, heads dividing it, feed-forward width, vocabulary; positions from 1 to
+:data:`MAX_POSITIONS`), so no transformers code builds from an absurd or malformed size. Messages
+name the directory as the config wrote it (``name``), never the path it resolved to.
 """
 
 from __future__ import annotations
@@ -18,9 +25,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from collapipe_core.quote import short
+from collapipe_core.workspace import FileTooBig, read_regular_file
 
 FIELD = "model.pretrained_path"
 
@@ -101,6 +112,11 @@ DEFAULTS: dict[str, dict[str, int | None]] = {
 """The config classes' defaults of the keys in :data:`SIZE_KEYS` (transformers 5.23)."""
 
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+MAX_CONFIG_JSON_BYTES = 2**20
+"""Largest config.json read (a real one is a few KB; id2label of many classes stays far below)."""
+MAX_POSITIONS = 2**24
+"""Most positions a checkpoint may declare: a learned position table is an embedding, bounded like
+``model.vocab_size``."""
 
 
 @dataclass(frozen=True)
@@ -123,8 +139,15 @@ def looks_like_hub_name(text: str) -> bool:
     return bool(_HUB_NAME.match(text)) and not text.startswith(".")
 
 
-def checked_pretrained_dir(path: str | os.PathLike[str]) -> Path:
-    """``path`` as a local directory holding a config.json; a ValueError saying why it is not one."""
+def _where(path: str | os.PathLike[str], name: str | None) -> str:
+    """How a message names the directory: the config's ``name`` (never the resolved path) when given."""
+    return f"{FIELD} {os.fspath(path) if name is None else name!r}"
+
+
+def checked_pretrained_dir(path: str | os.PathLike[str], name: str | None = None) -> Path:
+    """``path`` as a local directory holding a config.json; a ValueError saying why it is not one.
+
+    ``name``: how messages name it (the config's ``model.pretrained_path``); default ``path``."""
     text = os.fspath(path)
     why = ""
     if "://" in text or text.startswith(("hf:", "www.")):
@@ -141,64 +164,148 @@ def checked_pretrained_dir(path: str | os.PathLike[str]) -> Path:
     elif not os.path.isfile(os.path.join(text, "config.json")):
         why = "has no config.json; give a directory written by save_pretrained"
     if why:
-        raise ValueError(f"{FIELD} {text!r} {why}")
+        raise ValueError(f"{_where(path, name)} {why}")
     return Path(text)
 
 
-def read_config_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The parsed config.json of a checked pretrained directory (JSON only, nothing executed)."""
-    directory = checked_pretrained_dir(path)
+def read_config_json(path: str | os.PathLike[str], name: str | None = None) -> dict[str, Any]:
+    """The parsed config.json of a checked pretrained directory (JSON only, nothing executed), read
+    only when it is a regular file of at most :data:`MAX_CONFIG_JSON_BYTES`."""
+    directory, where = checked_pretrained_dir(path, name), _where(path, name)
     try:
-        data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{FIELD} {os.fspath(path)!r}: config.json is not readable JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{FIELD} {os.fspath(path)!r}: config.json is not a JSON object")
-    return data
+        data = read_regular_file(directory / "config.json", MAX_CONFIG_JSON_BYTES, follow_symlinks=True)
+        loaded = json.loads(data.decode("utf-8"))
+    except FileTooBig as err:
+        raise ValueError(
+            f"{where}: config.json is {err.size / 2**20:.1f} MiB; a checkpoint's config.json may be at "
+            f"most {MAX_CONFIG_JSON_BYTES / 2**20:.0f} MiB (save_pretrained writes a few KB)"
+        ) from None
+    except OSError as err:
+        raise ValueError(f"{where}: config.json cannot be read ({err.strerror or err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{where}: config.json is not readable JSON ({err})") from None
+    except RecursionError:
+        raise ValueError(
+            f"{where}: config.json is nested deeper than CollaPipe reads (about "
+            f"{sys.getrecursionlimit()} levels); save the model again with save_pretrained"
+        ) from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise ValueError(
+            f"{where}: config.json holds a number of more than {sys.get_int_max_str_digits()} digits; "
+            "save the model again with save_pretrained"
+        ) from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{where}: config.json is not a JSON object")
+    return loaded
 
 
-def architecture_of(config_json: dict[str, Any], path: str | os.PathLike[str]) -> str:
+def architecture_of(
+    config_json: dict[str, Any], path: str | os.PathLike[str], name: str | None = None
+) -> str:
     """config.json's ``model_type`` when it is one of the families CollaPipe splits."""
     model_type = config_json.get("model_type")
     if model_type not in SIZE_KEYS:
         raise ValueError(
-            f"{FIELD} {os.fspath(path)!r}: config.json's model_type is {model_type!r}; CollaPipe splits "
+            f"{_where(path, name)}: config.json's model_type is {short(model_type)}; CollaPipe splits "
             f"{', '.join(SIZE_KEYS)}"
         )
     return str(model_type)
 
 
-def pretrained_sizes(path: str | os.PathLike[str]) -> PretrainedSizes:
-    """The architecture and size fields the config.json of directory ``path`` implies."""
-    config_json = read_config_json(path)
-    arch = architecture_of(config_json, path)
+def pretrained_sizes(path: str | os.PathLike[str], name: str | None = None) -> PretrainedSizes:
+    """The architecture and size fields the config.json of directory ``path`` implies.
+
+    Every size key config.json gives (both of BART's encoder and decoder keys) must be an integer
+    within the bounds :class:`~collapipe_core.config.ModelConfig` puts on the field it maps to, heads
+    dividing the hidden size, positions between 1 and :data:`MAX_POSITIONS`: a ValueError naming the
+    key, its value and the bound otherwise, before any transformers code sees the file.
+    """
+    return sizes_in(read_config_json(path, name), path, name)
+
+
+def sizes_in(
+    config_json: dict[str, Any], path: str | os.PathLike[str], name: str | None = None
+) -> PretrainedSizes:
+    """:func:`pretrained_sizes` of an already read config.json (of directory ``path``)."""
+    arch, where = architecture_of(config_json, path, name), _where(path, name)
     keys, defaults = SIZE_KEYS[arch], DEFAULTS[arch]
 
-    def read(field: str) -> int | None:
-        if field not in keys:
-            return None
-        key = keys[field][0]
-        value = config_json.get(key, defaults[key])
-        optional = defaults[key] is None  # GPT-2's n_inner, LLaMA's num_key_value_heads
+    def read(key: str) -> int | None:
+        value = config_json.get(key, defaults.get(key))
+        optional = key not in defaults or defaults[key] is None  # n_inner, num_key_value_heads, decoder_*
         if (value is None and not optional) or isinstance(value, bool) or not isinstance(value, int | None):
-            raise ValueError(f"{FIELD} {os.fspath(path)!r}: config.json's {key} is {value!r}, not an integer")
+            raise ValueError(f"{where}: config.json's {key} is {short(value)}, not an integer")
         return value
 
-    def need(field: str) -> int:
-        value = read(field)
-        assert value is not None  # every key that may be null is read with read()
-        return value
+    given = {field: [(key, read(key)) for key in names] for field, names in keys.items()}
+    first = {field: pairs[0] for field, pairs in given.items()}
+    for field, pairs in given.items():  # BART's decoder keys default to the encoder's values
+        given[field] = [first[field]] + [pair for pair in pairs[1:] if pair[1] is not None]
+    d_model, num_heads = first["d_model"][1], first["num_heads"][1]
+    assert d_model is not None and num_heads is not None  # read() refuses a null where none is allowed
+    implied = {"ffn_dim": 4 * d_model, "num_kv_heads": num_heads}  # GPT-2's n_inner, LLaMA's kv heads: null
+    for index in range(max(len(pairs) for pairs in given.values())):  # BART: encoder, then decoder keys
+        sizes = {}
+        for field, pairs in given.items():
+            key, value = pairs[min(index, len(pairs) - 1)]
+            value = implied.get(field) if value is None else value
+            if value is not None:
+                sizes[field] = (key, value)
+        _check_bounds(arch, sizes, where)
+    key, positions = first["max_positions"]
+    assert positions is not None
+    for bound, fails in (
+        ("at least 1", positions < 1),
+        (f"at most {MAX_POSITIONS}", positions > MAX_POSITIONS),
+    ):
+        if fails:
+            raise ValueError(
+                f"{where}: config.json's {key} is {short(positions)}, outside what CollaPipe builds: "
+                f"positions must be {bound}; use a checkpoint within these bounds"
+            )
 
-    d_model, num_heads = need("d_model"), need("num_heads")
-    ffn_dim, num_kv_heads = read("ffn_dim"), read("num_kv_heads")
+    def size(field: str) -> int:
+        value = first[field][1]
+        return implied[field] if value is None else value
+
     return PretrainedSizes(
         architecture=arch,
         d_model=d_model,
         num_heads=num_heads,
-        num_kv_heads=(num_kv_heads or num_heads) if arch == "llama" else None,
-        ffn_dim=4 * d_model if ffn_dim is None else ffn_dim,  # GPT-2's n_inner: null
-        num_blocks=need("num_blocks"),
-        num_decoder_layers=read("num_decoder_layers"),
-        vocab_size=need("vocab_size"),
-        max_positions=need("max_positions"),
+        num_kv_heads=size("num_kv_heads") if arch == "llama" else None,
+        ffn_dim=size("ffn_dim"),
+        num_blocks=size("num_blocks"),
+        num_decoder_layers=first["num_decoder_layers"][1] if arch == "bart" else None,
+        vocab_size=size("vocab_size"),
+        max_positions=positions,
     )
+
+
+def _check_bounds(arch: str, sizes: dict[str, tuple[str, int]], where: str) -> None:
+    """The sizes (field -> (config.json key, value)) as :class:`ModelConfig` would take them, or a
+    ValueError naming the key: one implementation of the bounds, the config's."""
+    from pydantic import ValidationError
+
+    from collapipe_core.config import ModelConfig
+
+    fields = {field: value for field, (_, value) in sizes.items() if field != "max_positions"}
+    if arch != "llama":
+        fields.pop("num_kv_heads", None)
+    try:
+        ModelConfig.model_validate({"source": "transformers", "architecture": arch, **fields})
+    except ValidationError as err:
+        error = err.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else ""
+        limits = error.get("ctx") or {}
+        if field in sizes and ("le" in limits or "ge" in limits):
+            key, value = sizes[field]
+            bound = f"at most {limits['le']}" if "le" in limits else f"at least {limits['ge']}"
+            raise ValueError(
+                f"{where}: config.json's {key} is {short(value)}, outside what CollaPipe builds: "
+                f"model.{field} must be {bound}; use a checkpoint within these bounds"
+            ) from None
+        listed = ", ".join(f"{key} {short(value)}" for key, value in sizes.values())
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        raise ValueError(
+            f"{where}: config.json's sizes ({listed}) are not a model CollaPipe builds: {reason}"
+        ) from None

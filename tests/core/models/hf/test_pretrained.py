@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,8 @@ import torch
 
 from collapipe_core.models import build_model, build_skeleton
 from collapipe_core.models.hf import HfSplitModel, checked_pretrained_dir, pretrained_sizes
-from collapipe_core.models.hf.pretrained import DEFAULTS, SIZE_KEYS, PretrainedSizes
+from collapipe_core.models.hf.build import family
+from collapipe_core.models.hf.pretrained import DEFAULTS, MAX_CONFIG_JSON_BYTES, SIZE_KEYS, PretrainedSizes
 from tests.core.models.hf.tiny import ARCHITECTURES, VOCAB, hf_config, num_outputs
 
 
@@ -141,9 +143,9 @@ def test_the_sizes_a_directory_implies_are_the_config_s(architecture: str, tmp_p
 
 
 def test_missing_keys_take_the_config_class_defaults(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 48}))  # 12 heads
     sizes = pretrained_sizes(tmp_path)
-    assert (sizes.d_model, sizes.ffn_dim, sizes.num_blocks, sizes.vocab_size) == (32, 128, 12, 50257)
+    assert (sizes.d_model, sizes.ffn_dim, sizes.num_blocks, sizes.vocab_size) == (48, 192, 12, 50257)
 
 
 def test_the_defaults_are_the_transformers_config_classes_defaults() -> None:
@@ -174,3 +176,128 @@ def test_config_json_that_does_not_describe_a_family_is_refused(
     (tmp_path / "config.json").write_text(json.dumps(config_json))
     with pytest.raises(ValueError, match=rf"model.pretrained_path '{tmp_path}': {message}"):
         pretrained_sizes(tmp_path)
+
+
+def _config_json(tmp_path: Path, architecture: str, **keys: object) -> Path:
+    """A config.json of the tiny ``architecture`` with ``keys`` replaced; returns its directory."""
+    saved(architecture, tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **keys}))
+    return tmp_path
+
+
+BAD_SIZES: list[tuple[str, dict[str, object], str]] = [
+    (
+        "bert",
+        {"num_hidden_layers": 10**6},
+        "num_hidden_layers is 1000000, outside what CollaPipe builds: model.num_blocks must be at most 1024",
+    ),
+    (
+        "bert",
+        {"hidden_size": -5},
+        "hidden_size is -5, outside what CollaPipe builds: model.d_model must be at least 8",
+    ),
+    (
+        "bert",
+        {"num_attention_heads": 0},
+        "num_attention_heads is 0, outside what CollaPipe builds: model.num_heads must be at least 1",
+    ),
+    (
+        "bert",
+        {"hidden_size": 10**40},
+        f"hidden_size is {10**40}, outside what CollaPipe builds: model.d_model must be at most 16384",
+    ),
+    ("bert", {"hidden_size": 32.5}, "hidden_size is 32.5, not an integer"),
+    ("bert", {"hidden_size": True}, "hidden_size is True, not an integer"),
+    ("bert", {"hidden_size": 16, "num_attention_heads": 3}, "num_heads (3) must divide d_model (16)"),
+    (
+        "bert",
+        {"vocab_size": 2**30},
+        "vocab_size is 1073741824, outside what CollaPipe builds: model.vocab_size must be at most 16777216",
+    ),
+    (
+        "bert",
+        {"max_position_embeddings": 0},
+        "max_position_embeddings is 0, outside what CollaPipe builds: positions must be at least 1",
+    ),
+    (
+        "bert",
+        {"intermediate_size": 0},
+        "intermediate_size is 0, outside what CollaPipe builds: model.ffn_dim must be at least 1",
+    ),
+    (
+        "bart",
+        {"decoder_attention_heads": 0},
+        "decoder_attention_heads is 0, outside what CollaPipe builds: model.num_heads must be at least 1",
+    ),
+    ("bart", {"decoder_attention_heads": 3}, "num_heads (3) must divide d_model (16)"),
+    (
+        "bart",
+        {"decoder_layers": 65},
+        "decoder_layers is 65, outside what CollaPipe builds: model.num_decoder_layers must be at most 64",
+    ),
+    ("llama", {"num_key_value_heads": 3}, "num_kv_heads (3) must divide num_heads (4)"),
+    (
+        "gpt2",
+        {"n_inner": -1},
+        "n_inner is -1, outside what CollaPipe builds: model.ffn_dim must be at least 1",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("architecture", "keys", "message"), BAD_SIZES, ids=[str(keys) for _, keys, _ in BAD_SIZES]
+)
+def test_sizes_outside_the_config_s_bounds_are_refused_before_transformers_sees_them(
+    architecture: str, keys: dict[str, object], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = _config_json(tmp_path, architecture, **keys)
+    fam = family(architecture)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("transformers was given the checkpoint's config")
+
+    monkeypatch.setattr(fam.config_class, "from_pretrained", refuse)
+    monkeypatch.setattr(fam.config_class, "from_dict", refuse)
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
+        pretrained_sizes(directory, "checkpoints/tiny")
+    assert str(error.value).startswith("model.pretrained_path 'checkpoints/tiny': config.json's ")
+    assert str(tmp_path) not in str(error.value) and len(str(error.value)) < 500
+    cfg = hf_config(architecture, pretrained_path="checkpoints/tiny")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_skeleton(cfg, VOCAB, num_outputs(architecture), pad_id=0, pretrained_dir=directory)
+
+
+def test_a_deeply_nested_or_oversized_config_json_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=r"config.json is nested deeper than"):
+        pretrained_sizes(tmp_path, "ck")
+    (tmp_path / "config.json").write_text('{"model_type": "bert", "hidden_size": ' + "9" * 5000 + "}")
+    with pytest.raises(ValueError, match=r"config.json holds a number of more than 4300 digits"):
+        pretrained_sizes(tmp_path, "ck")
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "bert", "pad": "x" * MAX_CONFIG_JSON_BYTES})
+    )
+    with pytest.raises(
+        ValueError, match=r"config.json is 1.0 MiB; a checkpoint's config.json may be at most"
+    ):
+        pretrained_sizes(tmp_path, "ck")
+
+
+def test_messages_name_the_config_s_path_never_the_resolved_one(tmp_path: Path) -> None:
+    """A run's error is readable by every viewer: it names model.pretrained_path as the config wrote it."""
+    model = build("gpt2")
+    model.hf_model.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").rename(tmp_path / "pytorch_model.bin")  # weights only as a pickle
+    cfg = hf_config("gpt2", pretrained_path="checkpoints/pickled")
+    with pytest.raises(ValueError) as error:
+        build_model(cfg, VOCAB, VOCAB, 0, pad_id=0, pretrained_dir=tmp_path)
+    assert "model.pretrained_path 'checkpoints/pickled' could not be loaded" in str(error.value)
+    assert str(tmp_path) not in str(error.value)
+    (tmp_path / "config.json").unlink()
+    with pytest.raises(ValueError) as error:
+        checked_pretrained_dir(tmp_path, "checkpoints/pickled")
+    assert str(error.value) == (
+        "model.pretrained_path 'checkpoints/pickled' has no config.json; give a directory written by "
+        "save_pretrained"
+    )
