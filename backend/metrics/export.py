@@ -70,12 +70,25 @@ def table_rows(session: Session, run_id: int, table: ExportTable) -> list[dict[s
     return [{c: getattr(d, c) for c in DEVICE_COLUMNS} for d in repo.device_rows(session, run_id)]
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """Text a spreadsheet would read as a formula (it starts with = + - @, a tab or a carriage return)
+    with a leading apostrophe, which spreadsheets show as text; anything else as it is. Names come
+    from users: a run, study or device profile named ``=HYPERLINK(...)`` must not become a link."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
 def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    # RFC 4180 line ends: the writer then quotes every field holding a line break, \r included
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\r\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
+        writer.writerow(
+            {k: spreadsheet_safe(json.dumps(v) if isinstance(v, list) else v) for k, v in row.items()}
+        )
     return out.getvalue().encode()
 
 

@@ -114,7 +114,8 @@ def _figures(study: StudyDetail) -> list[Any]:
                 )
             )
             groups.setdefault(key or metric.name, []).append(cell)
-        for name, members in groups.items():
+        for key, members in groups.items():
+            name = plot_text(key)
             means = [c.metrics[metric.name].mean for c in members]
             upper = [_gap(c.metrics[metric.name].ci95_high, c.metrics[metric.name].mean) for c in members]
             lower = [_gap(c.metrics[metric.name].mean, c.metrics[metric.name].ci95_low) for c in members]
@@ -125,14 +126,21 @@ def _figures(study: StudyDetail) -> list[Any]:
                 x = [c.values[x_axis] for c in members]
                 figure.add_trace(go.Scatter(x=x, y=means, name=name, mode="lines+markers", error_y=error))
         figure.update_layout(
-            title=f"{metric.name} ({metric.unit}): mean and 95 % interval over seeds",
-            xaxis_title=x_axis or "cell",
+            title=plot_text(f"{metric.name} ({metric.unit}): mean and 95 % interval over seeds"),
+            xaxis_title=plot_text(x_axis or "cell"),
             height=380,
         )
         if x_axis is not None and all(_positive(c.values[x_axis]) for c in cells):
             figure.update_xaxes(type="log")
         out.append(figure)
     return out
+
+
+def plot_text(text: str) -> str:
+    """``text`` as plotly.js shows it as it is: it renders a subset of HTML (<a href>, <b>, <br>, ...)
+    in trace names, legends, titles, tick and hover labels; its entities as the characters. Every
+    name, label and axis value a chart gets goes through this."""
+    return html.escape(text, quote=False)
 
 
 def _positive(value: Any) -> bool:

@@ -13,6 +13,17 @@ export const PLOT_CONFIG = {
   modeBarButtonsToRemove: ['select2d', 'lasso2d', 'autoScale2d'],
 };
 
+/**
+ * ``value`` as text plotly.js shows as it is. plotly.js renders a subset of HTML in trace names,
+ * legends, titles, axis and tick labels and hover text (<a href>, <b>, <br>, ...): every string a user
+ * chose (run, study and base names, cell labels, axis values) goes through this before it reaches
+ * a chart, so `<a href="https://...">` is shown, never made a link. Its entities are shown as the
+ * characters they stand for.
+ */
+export function plotText(value) {
+  return String(value).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
+
 const FONT = { family: 'system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif', size: 12, color: '#1b2430' };
 
 export function baseLayout(extra = {}) {

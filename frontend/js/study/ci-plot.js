@@ -2,7 +2,7 @@
 // interval as a band, one line per group of cells that share every other axis value (and base).
 
 import { axisFormat } from '../format.js';
-import { PLOT_CONFIG, baseLayout, plotly } from '../plot.js';
+import { PLOT_CONFIG, baseLayout, plotText, plotly } from '../plot.js';
 
 const COLORS = ['#1f6fb2', '#d1495b', '#2a9d8f', '#e9a23b', '#6a4c93', '#5c677d'];
 
@@ -50,9 +50,9 @@ export function drawCiPlot(el, detail, metric, axis) {
       { x, y: low, mode: 'lines', line: { width: 0, color }, hoverinfo: 'skip', showlegend: false, meta: { band: 'low' } },
       { x, y: high, mode: 'lines', line: { width: 0, color }, fill: 'tonexty', fillcolor: rgba(color, 0.18),
         hoverinfo: 'skip', showlegend: false, meta: { band: 'high' } },
-      { x, y: mean, mode: 'lines+markers', name: group.name, line: { color, width: 2 }, marker: { size: 6 },
+      { x, y: mean, mode: 'lines+markers', name: plotText(group.name), line: { color, width: 2 }, marker: { size: 6 },
         customdata: group.cells.map((c, j) => [low[j], high[j]]),
-        hovertemplate: `${axis}=%{x}<br>${metric.name} %{y}<br>95 %: %{customdata[0]} … %{customdata[1]}<extra>%{fullData.name}</extra>`,
+        hovertemplate: `${plotText(axis)}=%{x}<br>${metric.name} %{y}<br>95 %: %{customdata[0]} … %{customdata[1]}<extra>%{fullData.name}</extra>`,
         meta: { mean: true } },
     );
   });
@@ -61,7 +61,7 @@ export function drawCiPlot(el, detail, metric, axis) {
   const layout = baseLayout({
     showlegend: traces.length > 3,
     margin: { l: 70, r: 12, t: 28, b: 44 },
-    xaxis: { title: { text: axis }, type: logX ? 'log' : 'linear', gridcolor: '#eef1f5', zeroline: false, automargin: true },
+    xaxis: { title: { text: plotText(axis) }, type: logX ? 'log' : 'linear', gridcolor: '#eef1f5', zeroline: false, automargin: true },
     yaxis: { title: { text: metric.unit === '1' ? metric.name : `${metric.name} (${metric.unit})` },
       gridcolor: '#eef1f5', zeroline: false, automargin: true, ...axisFormat(metric.unit) },
   });

@@ -2,7 +2,7 @@
 // the cell's seeds of one round field against the round or the modeled elapsed time (Σ latency_s).
 
 import { axisFormat } from '../format.js';
-import { PLOT_CONFIG, baseLayout, plotly, seriesColor } from '../plot.js';
+import { PLOT_CONFIG, baseLayout, plotText, plotly, seriesColor } from '../plot.js';
 
 export const SERIES_X = [['round', 'round'], ['elapsed', 'modeled time (s)']];
 const MARKERS_UP_TO = 40; // points per line drawn with markers (a few rounds: a line alone hides them)
@@ -17,7 +17,7 @@ export function drawSeriesPlot(el, answer) {
       x: elapsed ? cell.elapsed_s : cell.round,
       y: cell.value,
       mode: cell.value.length <= MARKERS_UP_TO ? 'lines+markers' : 'lines',
-      name: cell.label,
+      name: plotText(cell.label),
       line: { color: seriesColor(i), width: 2 },
       marker: { size: 5 },
       customdata: cell.round.map((r, j) => [r, cell.elapsed_s[j]]),

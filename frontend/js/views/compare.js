@@ -9,7 +9,9 @@ import { get } from '../api.js';
 import { EVAL_PREFERENCE } from '../run-info.js';
 import { h, clear, statusBadge, uid } from '../dom.js';
 import { formatNumber, formatPercent, formatRatio, formatValue } from '../format.js';
-import { PLOT_CONFIG, X_AXES, baseLayout, plotly, purge, savedXAxis, seriesColor, xAxisControl, xAxisLayout } from '../plot.js';
+import {
+  PLOT_CONFIG, X_AXES, baseLayout, plotText, plotly, purge, savedXAxis, seriesColor, xAxisControl, xAxisLayout,
+} from '../plot.js';
 
 const FIGURES = [
   { key: 'mean_latency_s', label: 'Mean latency', format: (v) => formatValue(v, 's') },
@@ -144,7 +146,7 @@ export function mountCompare(main, { query }) {
     purge(el);
     const other = xAxis === 'round' ? 'elapsed_s' : 'round';
     const traces = result.runs.map((row, i) => ({
-      type: 'scatter', mode: 'lines', name: `#${row.run_id} ${row.name}`,
+      type: 'scatter', mode: 'lines', name: plotText(`#${row.run_id} ${row.name}`),
       x: series[i].series[field]?.[xAxis] || [], y: series[i].series[field]?.value || [],
       customdata: series[i].series[field]?.[other] || [],
       line: { color: seriesColor(i), width: row.run_id === result.baseline_run_id ? 3 : 2 },
@@ -246,10 +248,14 @@ export function mountCompare(main, { query }) {
   };
 }
 
-function csvCell(value) {
+const FORMULA_START = /^[=+\-@\t\r]/;
+
+/** A CSV field; text a spreadsheet would read as a formula (a run named =HYPERLINK(...)) gets a
+ * leading apostrophe, which spreadsheets show as text, as the API's own CSV exports do. */
+export function csvCell(value) {
   if (value === null || value === undefined) return '';
-  const text = String(value);
-  return /[",\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+  const text = typeof value === 'string' && FORMULA_START.test(value) ? `'${value}` : String(value);
+  return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
 /** The comparison as CSV: one row per run, each figure and its ratio to the baseline. */
