@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collapipe_core.checkpoint import config_fingerprint, load_checkpoint, save_checkpoint
+from collapipe_core.checkpoint import Checkpoints, DirectoryCheckpoints, config_fingerprint
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel import Evaluation, evaluate
 from collapipe_core.decision import Decision, plan_segments
@@ -92,13 +92,20 @@ class Runner:
         sink: RecordSink,
         checkpoint_dir: str | Path | None = None,
         workspace: Workspace | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         """``workspace`` says which files and policies the config may name (default: the local one:
-        plain paths and import paths, for the CLI and scripts; the service passes its own)."""
+        plain paths and import paths, for the CLI and scripts; the service passes its own).
+        Checkpoints go to ``checkpoints`` (the service's), or to ``checkpoint_dir`` (``checkpoint.pt``
+        in it), or nowhere."""
+        if checkpoints is not None and checkpoint_dir is not None:
+            raise ValueError("give checkpoint_dir or checkpoints, not both")
         workspace = workspace or Workspace.local()
         self.config = config
         self.sink = sink
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.checkpoints: Checkpoints | None = (
+            DirectoryCheckpoints(Path(checkpoint_dir)) if checkpoint_dir is not None else checkpoints
+        )
         self.policy = workspace.policies.create(config.scheduler.policy)
         self.executor, self.env = make_executor(config, workspace)
         bundle = getattr(self.executor, "bundle", None)
@@ -112,14 +119,14 @@ class Runner:
 
     def resume(self) -> int:
         """Load the checkpoint if there is one; returns the round the run continues at."""
-        if self.checkpoint_dir is None:
+        if self.checkpoints is None:
             return 0
-        payload = load_checkpoint(self.checkpoint_dir)
+        payload = self.checkpoints.load()
         if payload is None:
             return 0
         if payload["config_fingerprint"] != config_fingerprint(self.config):
             raise ValueError(
-                f"{self.checkpoint_dir}: the checkpoint was written by a different config "
+                f"{self.checkpoints}: the checkpoint was written by a different config "
                 "(only training.rounds may change on resume); use another output directory"
             )
         self.next_round = int(payload["next_round"])
@@ -174,10 +181,9 @@ class Runner:
         return result
 
     def _checkpoint(self) -> None:
-        if self.checkpoint_dir is None:
+        if self.checkpoints is None:
             return
-        save_checkpoint(
-            self.checkpoint_dir,
+        self.checkpoints.save(
             {
                 "next_round": self.next_round,
                 "queues": self.queues,

@@ -5,14 +5,16 @@ processes and by the Celery task. Idempotent and safe against concurrent duplica
    whose token is ``claimant``. Someone else holds a live lease → ``"skipped"`` at once. A run of a
    study that already runs its ``concurrency`` runs → ``"deferred"`` at once (it stays queued; the
    executor hands it over again when a slot frees).
-2. Reconcile: the database's rounds are the truth. A checkpoint ahead of ``rounds_done`` (rounds lost
-   from the database) is discarded and the run replays from round 0 — deterministic, and a round
-   already stored is not stored (nor published) twice. A checkpoint behind re-runs rounds the
-   database ignores.
+2. Resume from the checkpoint the run's row names (``checkpoints.RunCheckpoints``: one file per
+   attempt and round, named in the row by its lease holder once complete, so a claimant that lost its
+   lease can neither replace nor tear it). The database's rounds are the truth: a checkpoint behind
+   ``rounds_done`` re-runs rounds the database ignores (a round already stored is not stored nor
+   published twice); one ahead of it, missing or unreadable is not used and the run replays from
+   round 0 — deterministic.
 3. Run the core Runner segment by segment (forks, see segments.py); each round is
-   ``lifecycle.record_round``: one fenced transaction with its live event. A heartbeat thread renews
-   the lease every lease/3 so a long round keeps it. ``should_stop`` checks ``cancel_requested``
-   between rounds.
+   ``lifecycle.record_round``: one fenced transaction with its live event; each checkpoint is named
+   by ``lifecycle.record_checkpoint``. A heartbeat thread renews the lease every lease/3 so a long
+   round keeps it. ``should_stop`` checks ``cancel_requested`` between rounds.
 4. Finish (fenced): succeeded, cancelled, or failed with the error text. ``LeaseLost`` (taken over)
    returns ``"lease_lost"`` without touching the row.
 """
@@ -20,7 +22,6 @@ processes and by the Celery task. Idempotent and safe against concurrent duplica
 from __future__ import annotations
 
 import logging
-import shutil
 import socket
 import threading
 from collections.abc import Callable
@@ -28,8 +29,9 @@ from pathlib import Path
 from typing import Literal
 
 from backend.runtime import lifecycle
+from backend.runtime.checkpoints import CheckpointNotWritable, RunCheckpoints
 from backend.runtime.lifecycle import ClaimedRun, Deferred, Lease, LeaseLost, RunStore
-from backend.runtime.segments import checkpoint_round, plan_segments, relabel_checkpoint
+from backend.runtime.segments import plan_segments
 from collapipe_core.records import RoundResult
 from collapipe_core.runner import Runner
 from collapipe_core.validation import ConfigError, parse_config
@@ -77,8 +79,8 @@ def execute_run(
             status = "cancelled"
         else:
             directory = checkpoint_dir_for(artifact_dir, run_id)
-            _reconcile_checkpoint(directory, run.rounds_done)
-            finished = _run_segments(run, _RoundRecorder(store, lease), directory, should_stop, workspace)
+            checkpoints = RunCheckpoints(directory, Path(artifact_dir), store, lease, run)
+            finished = _run_segments(run, _RoundRecorder(store, lease), checkpoints, should_stop, workspace)
             if keeper.lost.is_set():
                 raise LeaseLost(f"run {run_id}: lease of {claimant!r} was taken over")
             status = "succeeded" if finished else "cancelled"
@@ -89,6 +91,9 @@ def execute_run(
         status = "failed"
         problems = "; ".join(str(p) for p in err.problems)
         error = f"the worker on {socket.gethostname()} cannot run this config: {problems}"
+        log.error("run %s: %s", run_id, error)
+    except CheckpointNotWritable as err:
+        status, error = "failed", str(err)
         log.error("run %s: %s", run_id, error)
     except Exception as err:
         log.exception("run %s failed", run_id)
@@ -117,7 +122,7 @@ class _RoundRecorder:
 def _run_segments(
     claimed: ClaimedRun,
     sink: _RoundRecorder,
-    directory: Path,
+    checkpoints: RunCheckpoints,
     should_stop: Callable[[], bool],
     workspace: Workspace,
 ) -> bool:
@@ -126,10 +131,11 @@ def _run_segments(
         claimed.config, claimed.replay_configs, claimed.total_rounds, lambda c: parse_config(c, workspace)
     )
     for segment in segments:
-        if checkpoint_round(directory) >= segment.end_round:
+        if checkpoints.next_round() >= segment.end_round:
             continue
-        relabel_checkpoint(directory, segment)
-        runner = Runner(segment.config, sink, checkpoint_dir=directory, workspace=workspace)
+        runner = Runner(
+            segment.config, sink, workspace=workspace, checkpoints=checkpoints.for_segment(segment)
+        )
         start = runner.resume()
         runner.run(max_rounds=segment.end_round - start, should_stop=should_stop)
         if runner.next_round < segment.end_round:
@@ -137,18 +143,6 @@ def _run_segments(
         if should_stop() and segment.end_round < claimed.total_rounds:
             return False
     return True
-
-
-def _reconcile_checkpoint(directory: Path, rounds_in_db: int) -> None:
-    ahead = checkpoint_round(directory)
-    if ahead > rounds_in_db:
-        log.warning(
-            "%s: checkpoint at round %d is ahead of the database (%d rounds); replaying from round 0",
-            directory,
-            ahead,
-            rounds_in_db,
-        )
-        shutil.rmtree(directory)
 
 
 class _LeaseKeeper:

@@ -2,7 +2,7 @@
 
     create ──► queued ──claim──► running ──finish──► succeeded | failed | cancelled
                  ▲  └─cancel──► cancelled   │  ▲ renew, record_round (fenced by the lease token)
-                 │                          │
+                 │                          │  record_checkpoint (fenced: names the checkpoint file)
                  ├──── requeue_stale ◄──────┤ (the lease expired: the claimant is gone)
                  ├──── release ◄────────────┤ (graceful stop of the local executor)
                  └──── resume ◄── failed | cancelled        fail_orphan: running ──► failed
@@ -213,6 +213,16 @@ def record_round(store: RunStore, lease: Lease, result: RoundResult) -> bool:
     if inserted:
         store.wake.notify(index, events)
     return inserted
+
+
+def record_checkpoint(store: RunStore, lease: Lease, name: str) -> None:
+    """Name ``name`` (a complete file in the run's artifact directory) the run's current checkpoint and
+    renew the lease; ``LeaseLost`` (nothing written) when the lease is no longer ours."""
+    with store.session_factory() as session:
+        if not repo.renew(session, lease.run_id, lease.token, utcnow(), lease.lease_s, checkpoint=name):
+            session.rollback()
+            raise LeaseLost(f"run {lease.run_id}: lease {lease.token!r} was taken over")
+        session.commit()
 
 
 def finish(store: RunStore, lease: Lease, status: str, error: str | None) -> bool:

@@ -57,6 +57,7 @@ class ClaimedRun:
     rounds_done: int
     attempt: int
     cancel_requested: bool
+    checkpoint: str | None  # the file name of the run's current checkpoint (backend.runtime.checkpoints)
 
 
 def _status_updates(session: Session, conditions: Sequence[Any], **values: Any) -> list[StatusRow]:
@@ -241,16 +242,26 @@ def claimed_run(session: Session, run_id: int) -> ClaimedRun:
         rounds_done=run.rounds_done,
         attempt=run.attempt,
         cancel_requested=run.cancel_requested,
+        checkpoint=run.checkpoint,
     )
 
 
 def renew(
-    session: Session, run_id: int, token: str, now: datetime, lease_s: float, rounds_done: int | None = None
+    session: Session,
+    run_id: int,
+    token: str,
+    now: datetime,
+    lease_s: float,
+    rounds_done: int | None = None,
+    checkpoint: str | None = None,
 ) -> bool:
-    """Extend the lease (and raise ``rounds_done`` to at least the given count); False if not ours."""
+    """Extend the lease (and raise ``rounds_done`` to at least the given count, or name the run's
+    current checkpoint file); False if not ours."""
     values: dict[str, Any] = {"lease_expires_at": now + timedelta(seconds=lease_s), "heartbeat_at": now}
     if rounds_done is not None:
         values["rounds_done"] = case((Run.rounds_done < rounds_done, rounds_done), else_=Run.rounds_done)
+    if checkpoint is not None:
+        values["checkpoint"] = checkpoint
     result = session.execute(
         update(Run)
         .where(Run.id == run_id, *_fenced(token))

@@ -5,19 +5,18 @@ that produced its rounds before each switch; ``config`` runs from the last switc
 draw in the core derives from the seed and the round index, so running segment configs one after the
 other reproduces the parent's state at the fork round exactly, then continues with the new config.
 
-At a switch the checkpoint (written under the previous segment's config) is re-labelled with the next
-config's fingerprint: the fingerprint guards against resuming with a different model or data, and a
-policy/V switch changes neither the weights nor the optimizer state it carries.
+At a switch the checkpoint (written under the previous segment's config) is read re-labelled with the
+next config's fingerprint (``relabelled``): the fingerprint guards against resuming with a different
+model or data, and a policy/V switch changes neither the weights nor the optimizer state it carries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from collapipe_core.checkpoint import config_fingerprint, load_checkpoint, save_checkpoint
+from collapipe_core.checkpoint import config_fingerprint
 from collapipe_core.config import ExperimentConfig
 
 
@@ -55,23 +54,15 @@ def config_at(segments: list[Segment], round_index: int) -> ExperimentConfig:
     return segments[-1].config
 
 
-def checkpoint_round(checkpoint_dir: Path) -> int:
-    """The round the checkpoint continues at (0 when there is none)."""
-    payload = load_checkpoint(checkpoint_dir)
-    return 0 if payload is None else int(payload["next_round"])
-
-
-def relabel_checkpoint(checkpoint_dir: Path, segment: Segment) -> None:
-    """Make a checkpoint taken exactly at ``segment.start_round`` resumable under the segment's config."""
-    payload = load_checkpoint(checkpoint_dir)
-    if payload is None:
-        return
+def relabelled(payload: dict[str, Any], segment: Segment) -> dict[str, Any]:
+    """A checkpoint taken exactly at ``segment.start_round``, resumable under the segment's config
+    (unchanged when it already is); ValueError for a checkpoint of another config at another round."""
     fingerprint = config_fingerprint(segment.config)
     if payload["config_fingerprint"] == fingerprint:
-        return
+        return payload
     if int(payload["next_round"]) != segment.start_round:
         raise ValueError(
-            f"{checkpoint_dir}: checkpoint at round {payload['next_round']} belongs to another config "
-            f"than the segment starting at round {segment.start_round}; delete the directory to replay"
+            f"checkpoint at round {payload['next_round']} belongs to another config than the segment "
+            f"starting at round {segment.start_round}"
         )
-    save_checkpoint(checkpoint_dir, {**payload, "config_fingerprint": fingerprint})
+    return {**payload, "config_fingerprint": fingerprint}

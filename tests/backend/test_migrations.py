@@ -1,5 +1,6 @@
 """Migrations: empty → head → step by step down → empty → head, on SQLite and PostgreSQL; models match
-(alembic check); 0002 fills the listing columns of runs stored before it from their configs.
+(alembic check); 0002 fills the listing columns of runs stored before it from their configs; 0007
+names the checkpoint file of runs checkpointed before it.
 
 Also: a SQLite migration runs with foreign keys off, so a batch rebuild of a parent table keeps the
 child rows (they would be cascade-deleted with foreign keys on).
@@ -68,7 +69,9 @@ def test_upgrade_downgrade_upgrade_and_check(empty_database: str) -> None:
     upgrade_to_head(empty_database)
     assert _tables(empty_database) == TABLES
     command.check(alembic_config(empty_database))  # raises if models and migrations disagree
-    downgrade(empty_database, "-1")
+    downgrade(empty_database, "0006")
+    assert "checkpoint" not in _columns(empty_database, "runs")
+    downgrade(empty_database, "0005")
     assert "data_files" not in _tables(empty_database)
     assert "last_used_at" not in _columns(empty_database, "sessions")
     downgrade(empty_database, "0004")
@@ -107,6 +110,29 @@ def test_listing_columns_are_backfilled_from_the_stored_config(empty_database: s
         with engine.connect() as connection:
             row = connection.execute(text("SELECT v, num_clusters, devices_per_cluster FROM runs")).one()
         assert tuple(row) == (12.5, 3, 3)
+    finally:
+        engine.dispose()
+
+
+def test_runs_with_rounds_name_the_checkpoint_file_they_wrote_before_0007(empty_database: str) -> None:
+    command.upgrade(alembic_config(empty_database), "0006")
+    engine = make_engine(empty_database)
+    try:
+        with engine.begin() as connection:
+            for run_id, rounds_done in ((1, 0), (2, 3)):
+                connection.execute(
+                    text(
+                        "INSERT INTO runs (id, name, config, status, created_at, rounds_done, total_rounds, "
+                        "cancel_requested, attempt, policy, executor, v, num_clusters, devices_per_cluster) "
+                        "VALUES (:id, 'r', '{}', 'failed', '2026-01-01 00:00:00', :done, 5, false, 1, "
+                        "'uniform', 'analytic', 1.0, 1, 1)"
+                    ),
+                    {"id": run_id, "done": rounds_done},
+                )
+        upgrade_to_head(empty_database)
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT id, checkpoint FROM runs ORDER BY id")).all()
+        assert [tuple(row) for row in rows] == [(1, None), (2, "checkpoint.pt")]
     finally:
         engine.dispose()
 

@@ -227,7 +227,9 @@ def _row_missing(factory: Factory, run_id: int) -> bool:
 # -- one owner ----------------------------------------------------------------------------------------
 
 OWNER = REPO / "backend" / "runtime" / "repository.py"
-RUN_STATE_COLUMNS = {"status", "lease_owner", "lease_expires_at", "heartbeat_at", "attempt", "rounds_done"}
+RUN_STATE_COLUMNS = {
+    "status", "lease_owner", "lease_expires_at", "heartbeat_at", "attempt", "rounds_done", "checkpoint"
+}
 
 
 def _writes_of_run_state(tree: ast.AST) -> list[int]:
