@@ -228,7 +228,13 @@ def _row_missing(factory: Factory, run_id: int) -> bool:
 
 OWNER = REPO / "backend" / "runtime" / "repository.py"
 RUN_STATE_COLUMNS = {
-    "status", "lease_owner", "lease_expires_at", "heartbeat_at", "attempt", "rounds_done", "checkpoint"
+    "status",
+    "lease_owner",
+    "lease_expires_at",
+    "heartbeat_at",
+    "attempt",
+    "rounds_done",
+    "checkpoint",
 }
 
 
