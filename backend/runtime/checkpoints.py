@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.runtime import lifecycle
-from backend.runtime.lifecycle import ClaimedRun, Lease, RunStore
+from backend.runtime.lifecycle import ClaimedRun, Lease, LeaseLost, RunStore
 from backend.runtime.segments import Segment, relabelled
 from collapipe_core.checkpoint import TEMPORARY_SUFFIX, read_checkpoint, write_checkpoint
 
@@ -89,6 +89,8 @@ class RunCheckpoints:
         try:
             write_checkpoint(self.directory / name, payload)
         except OSError as err:
+            if not lifecycle.renew(self.store, self.lease):  # taken over: the owner removed our file
+                raise LeaseLost(f"run {self.lease.run_id}: taken over during a checkpoint write") from err
             reason = err.strerror or type(err).__name__
             raise CheckpointNotWritable(
                 f"cannot write the run's checkpoint in {self.directory} ({reason}): make it writable by "

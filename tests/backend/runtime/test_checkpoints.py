@@ -126,7 +126,10 @@ def _comparable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_a_frozen_claimants_late_checkpoint_write_neither_replaces_nor_tears_the_owners(
-    session_factory: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    session_factory: Factory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     config = tiny_config(executor="simulated", training={"rounds": ROUNDS})
     artifacts = tmp_path / "artifacts"
@@ -159,6 +162,7 @@ def test_a_frozen_claimants_late_checkpoint_write_neither_replaces_nor_tears_the
     freeze.thaw["A"].set()
     a.join(60)
     assert a_outcome == ["lease_lost"]
+    assert "cannot write" not in caplog.text  # A's write failed because B removed it: no false alarm
     freeze.thaw["B"].set()
     b.join(120)
 
