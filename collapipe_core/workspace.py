@@ -113,16 +113,20 @@ class Workspace:
             raise FileRefused(field_name, name, f"no directory named {short(name)} in the data directory")
         return resolved
 
-    def read_bytes(self, field_name: str, name: str, max_bytes: int | None = None) -> bytes:
+    def read_bytes(
+        self, field_name: str, name: str, max_bytes: int | None = None, *, kind: str | None = None
+    ) -> bytes:
         """The file's content, refused (before reading) when it exceeds ``max_file_bytes`` (or the
-        caller's tighter ``max_bytes``)."""
+        caller's tighter ``max_bytes``, a limit for files of ``kind``: "a tokenizer.json")."""
         path = self.path(field_name, name)
         limits = [x for x in (self.max_file_bytes, max_bytes) if x is not None]
         limit = min(limits) if limits else None
         try:
             return read_regular_file(path, limit)
         except FileTooBig as err:
-            raise FileRefused(field_name, name, _too_big(name, err.size, err.limit)) from None
+            own = kind is not None and limit == max_bytes
+            message = _too_big(name, err.size, err.limit, kind if own else None)
+            raise FileRefused(field_name, name, message) from None
         except OSError:
             raise FileRefused(
                 field_name, name, f"no file named {short(name)} in the data directory"
@@ -191,7 +195,9 @@ def _check_name(field_name: str, name: str) -> None:
         )
 
 
-def _too_big(name: str, size: int, limit: int) -> str:
+def _too_big(name: str, size: int, limit: int, kind: str | None = None) -> str:
+    if kind is not None:
+        return f"{short(name)} is {size / 2**20:.1f} MiB; {kind} may be at most {limit / 2**20:.1f} MiB"
     return (
         f"{short(name)} is {size / 2**20:.1f} MiB; files a config names may be at most "
         f"{limit / 2**20:.1f} MiB (COLLAPIPE_MAX_FILE_BYTES; a trace at most 8 MiB)"

@@ -3,15 +3,17 @@
 ``model.pretrained_path`` is the directory ``save_pretrained`` wrote (on the service: a name in the
 data directory). Two of its files are read through the workspace, nothing else and never from a hub:
 
-- ``tokenizer.json``: the tokenizer itself (``tokenizers.Tokenizer.from_str``), as every fast
-  tokenizer saves it; truncation and padding saved with it are switched off (the data layer cuts);
-- ``tokenizer_config.json``: which tokens play which role. BOS is ``bos_token``, else ``cls_token``
-  (BERT's ``[CLS]``); EOS is ``eos_token``, else ``sep_token`` (BERT's ``[SEP]``); PAD is
-  ``pad_token`` or none (GPT-2, Llama).
+- ``tokenizer.json`` (at most 32 MiB): the tokenizer itself (``tokenizers.Tokenizer.from_str``), as
+  every fast tokenizer saves it; truncation and padding saved with it are switched off (the data
+  layer cuts);
+- ``tokenizer_config.json`` (at most 1 MiB): which tokens play which role. BOS is ``bos_token``, else
+  ``cls_token`` (BERT's ``[CLS]``); EOS is ``eos_token``, else ``sep_token`` (BERT's ``[SEP]``); PAD
+  is ``pad_token`` or none (GPT-2, Llama).
 
 So BERT gives pad 0, bos 101, eos 102; BART bos 0, pad 1, eos 2; GPT-2 bos = eos = 50256 and no pad.
 A classifier needs BOS (its CLS) and PAD, seq2seq BOS, EOS and PAD, causal_lm EOS (between
-documents). Loaded tokenizers are cached per process by the two files' content.
+documents). Every id the tokenizer gives must lie below its size (the model's embedding has that many
+rows). Loaded tokenizers are cached per process by the two files' content.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from collapipe_core.quote import short
 from collapipe_core.workspace import FileRefused, Workspace
 
 FIELD = "model.pretrained_path"
+MAX_BYTES = {"tokenizer.json": 32 * 2**20, "tokenizer_config.json": 2**20}
+"""Largest tokenizer files read: a 64 MB tokenizer.json (3 M tokens) took 15 s and 880 MB to load."""
 ROLES = {"bos": ("bos_token", "cls_token"), "eos": ("eos_token", "sep_token"), "pad": ("pad_token",)}
 NEEDED = {"classifier": ("bos", "pad"), "seq2seq": ("bos", "eos", "pad"), "causal_lm": ("eos",)}
 _loaded: dict[str, tuple[Tokenizer, dict[str, int | None]]] = {}
@@ -83,7 +87,8 @@ def pretrained_tokenizer(config: ExperimentConfig, workspace: Workspace) -> Text
 
 def _read(workspace: Workspace, directory: str, file_name: str) -> bytes:
     try:
-        return workspace.read_bytes(FIELD, f"{directory.rstrip('/')}/{file_name}")
+        path = f"{directory.rstrip('/')}/{file_name}"
+        return workspace.read_bytes(FIELD, path, MAX_BYTES[file_name], kind=f"a {file_name}")
     except FileRefused as err:
         raise DataError(
             FIELD,
@@ -108,6 +113,15 @@ def _parse(
         ) from None
     tokenizer.no_truncation()  # a saved tokenizer may cut or pad; windows and rows are cut here instead
     tokenizer.no_padding()
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    largest = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=0)
+    if largest >= size:  # ids past the vocabulary would index past the model's embedding
+        raise DataError(
+            FIELD,
+            directory,
+            f"tokenizer.json in {short(directory)} gives id {largest} to a token but holds {size} tokens; "
+            "save the tokenizer again with save_pretrained (ids run from 0 to its size - 1)",
+        )
     if not isinstance(settings, dict):
         raise DataError(FIELD, directory, f"tokenizer_config.json in {short(directory)} is not a JSON object")
     ids: dict[str, int | None] = {}

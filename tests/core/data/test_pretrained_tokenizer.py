@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerFast
 
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.data import DataError, dataset_size, load_dataset
+from collapipe_core.scheduler import PolicyRegistry
 from collapipe_core.workspace import Workspace
 
 MakeFilesConfig = Callable[..., ExperimentConfig]  # the conftest fixtures
@@ -174,3 +175,74 @@ def test_truncation_and_padding_saved_with_a_tokenizer_are_ignored(
         eval_samples=5,
     )
     assert dataset_size(config, Workspace(data_dir=tmp_path)) == 10 * 51 // 13  # every token, no padding
+
+
+def _word_level(directory: Path, vocab: dict[str, int], config: dict[str, Any] | None = None) -> None:
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    directory.mkdir()
+    tokenizer.save(str(directory / "tokenizer.json"))
+    settings = config if config is not None else {"eos_token": "<eos>"}
+    (directory / "tokenizer_config.json").write_text(json.dumps(settings))
+
+
+def _causal_lm(tmp_path: Path, write_rows: WriteRows, make_files_config: MakeFilesConfig) -> ExperimentConfig:
+    write_rows([{"text": "a " * 50}] * 10, "t.jsonl")
+    return make_files_config(
+        "causal_lm",
+        "t.jsonl",
+        model={"pretrained_path": "tok"},
+        tokenizer={"kind": "pretrained"},
+        samples_per_cluster=10,
+        eval_samples=5,
+    )
+
+
+def test_tokenizer_files_over_their_limits_are_refused_unread(
+    tmp_path: Path, write_rows: WriteRows, make_files_config: MakeFilesConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collapipe_core.data import pretrained_tokenizer
+
+    _word_level(tmp_path / "tok", {"<eos>": 0, "a": 1, "<unk>": 2})
+    config = _causal_lm(tmp_path, write_rows, make_files_config)
+    workspace = Workspace.service(tmp_path, PolicyRegistry(), max_file_bytes=2**30, memory_limit_bytes=None)
+    assert pretrained_tokenizer.MAX_BYTES == {"tokenizer.json": 32 * 2**20, "tokenizer_config.json": 2**20}
+    size = (tmp_path / "tok" / "tokenizer.json").stat().st_size
+    monkeypatch.setitem(pretrained_tokenizer.MAX_BYTES, "tokenizer.json", size - 1)
+    with pytest.raises(DataError) as error:
+        dataset_size(config, workspace)
+    assert error.value.field == "model.pretrained_path"
+    assert "'tok/tokenizer.json' is 0.0 MiB; a tokenizer.json may be at most 0.0 MiB" in error.value.message
+
+
+@pytest.mark.parametrize(
+    ("vocab", "settings", "message"),
+    [
+        ({"<eos>": 0, "a": 10**9, "<unk>": 2}, None, "gives id 1000000000 to a token but holds 3 tokens"),
+        ({"<eos>": 0, "a": 1, "<unk>": 2}, {"eos_token": "["}, "names eos_token '['"),
+    ],
+)
+def test_a_tokenizer_whose_ids_do_not_fit_is_refused(
+    vocab: dict[str, int],
+    settings: dict[str, Any] | None,
+    message: str,
+    tmp_path: Path,
+    write_rows: WriteRows,
+    make_files_config: MakeFilesConfig,
+) -> None:
+    _word_level(tmp_path / "tok", vocab, settings)
+    config = _causal_lm(tmp_path, write_rows, make_files_config)
+    with pytest.raises(DataError) as error:
+        dataset_size(config, Workspace(data_dir=tmp_path))
+    assert error.value.field == "model.pretrained_path" and message in error.value.message
+
+
+def test_a_deeply_nested_tokenizer_config_is_refused(
+    tmp_path: Path, write_rows: WriteRows, make_files_config: MakeFilesConfig
+) -> None:
+    _word_level(tmp_path / "tok", {"<eos>": 0, "a": 1, "<unk>": 2})
+    (tmp_path / "tok" / "tokenizer_config.json").write_text("[" * 100_000 + "]" * 100_000)
+    config = _causal_lm(tmp_path, write_rows, make_files_config)
+    with pytest.raises(DataError) as error:
+        dataset_size(config, Workspace(data_dir=tmp_path))
+    assert "cannot read the tokenizer in 'tok'" in error.value.message and len(error.value.message) < 400
