@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 from anyio import to_thread
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -39,6 +39,7 @@ from backend.monitoring import RequestMetrics, RunCollector
 from backend.preflight import PreflightProcess
 from backend.runs.router import router as runs_router
 from backend.runtime.dispatch import RunDispatcher
+from backend.security_headers import SecurityHeaders
 from backend.settings import Settings
 from backend.studies.router import router as studies_router
 from backend.users.csrf import CsrfGuard
@@ -86,6 +87,8 @@ def create_app(
         version="0.1.0",
         description="Launch, run and watch collaborative pipeline-parallel training experiments.",
         lifespan=lifespan,
+        docs_url=None,  # /docs is the dashboard's own page (below): Swagger UI would load from a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.workspace = settings.workspace()
@@ -124,6 +127,7 @@ def create_app(
     app.add_middleware(BodyGuard, max_body_bytes=settings.max_body_bytes, exempt_prefixes=("/api/files/",))
     app.add_middleware(CsrfGuard, session_cookie=SESSION_COOKIE)  # before any body is read
     app.add_middleware(RequestMetrics, registry=registry)
+    app.add_middleware(SecurityHeaders)  # outermost: every response, errors of the middlewares too
     _add_probes(app, registry)
     mount_frontend(app, FRONTEND_DIR)
     return app
@@ -166,6 +170,13 @@ def _add_probes(app: FastAPI, registry: CollectorRegistry) -> None:
 
 
 def mount_frontend(app: FastAPI, directory: Path) -> None:
-    """Serve the dashboard's static files at / once the frontend has an index.html."""
+    """Serve the dashboard's static files at / once the frontend has an index.html, and its API
+    reference page (drawn from /openapi.json by this server's own script) at /docs."""
+    if (directory / "api-docs.html").is_file():
+
+        @app.get("/docs", include_in_schema=False)
+        async def api_docs() -> FileResponse:
+            return FileResponse(directory / "api-docs.html", media_type="text/html")
+
     if (directory / "index.html").is_file():
         app.mount("/", StaticFiles(directory=directory, html=True), name="frontend")

@@ -215,7 +215,8 @@ def open_run(page: Page, url: str, run_id: int) -> None:
 
 
 def wait_for_draws(page: Page, run_id: int, count: int, timeout_s: float) -> list[dict[str, Any]]:
-    script = f"window.collapipeStats.draws.filter(d => d.runId === {run_id}).length >= {count}"
+    # a function, not an expression: the dashboard's CSP forbids eval, which an expression needs
+    script = f"() => window.collapipeStats.draws.filter(d => d.runId === {run_id}).length >= {count}"
     page.wait_for_function(script, timeout=timeout_s * 1000, polling=100)
     draws: list[dict[str, Any]] = page.evaluate(
         f"window.collapipeStats.draws.filter(d => d.runId === {run_id})"
@@ -248,7 +249,7 @@ def measure_live_stamped(
     page = signed_in_page(browser, url)
     open_run(page, url, run_id)
     page.wait_for_function(
-        "document.querySelector('.page-head').textContent.includes('● live')", timeout=30_000
+        "() => document.querySelector('.page-head').textContent.includes('● live')", timeout=30_000
     )
     context = multiprocessing.get_context("spawn")
     payloads = [r.to_json() for r in results]

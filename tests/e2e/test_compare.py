@@ -30,7 +30,9 @@ def test_compare_two_runs_against_a_baseline(
     expect(table.locator(f"tr[data-run-id='{first}']")).to_contain_text("baseline")
     expect(table.locator(f"tr[data-run-id='{second}']")).to_contain_text("×")
     expect(page.locator("[data-chart='compare-latency_s']")).to_be_visible()
-    page.wait_for_function("document.querySelector(\"[data-chart='compare-latency_s']\").data?.length === 2")
+    page.wait_for_function(
+        "() => document.querySelector(\"[data-chart='compare-latency_s']\").data?.length === 2"
+    )
     screenshot(page, "compare-two-runs")
 
     with page.expect_download() as download:

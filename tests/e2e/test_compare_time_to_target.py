@@ -58,7 +58,9 @@ def test_compare_shows_the_modeled_time_to_a_target_eval_loss(login: Login, serv
     screenshot(page, "compare-time-to-target")
 
     # the curves against the modeled elapsed time: Σ latency_s, recomputed here
-    page.wait_for_function("document.querySelector(\"[data-chart='compare-latency_s']\").data?.length === 2")
+    page.wait_for_function(
+        "() => document.querySelector(\"[data-chart='compare-latency_s']\").data?.length === 2"
+    )
     page.get_by_label("X axis").select_option(label="modeled time (s)")
     latency = page.locator("[data-chart='compare-latency_s']")
     expect(latency).to_have_attribute("data-x-axis", "elapsed_s")

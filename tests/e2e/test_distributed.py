@@ -85,6 +85,7 @@ def _check_measured_view(page: Page, stored: dict[int, dict[str, dict[str, float
 
     # the per-device memory chart: a measured trace (in the legend) beside the modeled lines
     page.wait_for_function(
+        "() => "
         "document.getElementById('chart-devices').data"
         ".some(t => t.name === 'measured process peak RSS' && t.x.length === 4)"
     )
@@ -125,7 +126,7 @@ def test_a_distributed_run_launched_from_the_form_shows_measured_figures(
 
     # live: the rounds arrived through the event stream (the page opens seconds before the ranks are up)
     expect(page.locator(".page-head .status")).to_have_text("succeeded", timeout=30_000)
-    page.wait_for_function(f"window.collapipeStats.draws.filter(d => d.runId === {run_id}).length >= 1")
+    page.wait_for_function(f"() => window.collapipeStats.draws.filter(d => d.runId === {run_id}).length >= 1")
     _check_measured_view(page, stored)
     screenshot(page, "run-distributed-live")
 

@@ -131,10 +131,12 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
     ):
         expect(page.locator(f"#title-{chart}")).to_have_text(title)
         page.wait_for_function(
+            "() => "
             f"document.querySelector('[data-charts~=\"{chart}\"]').data"
             f".some(t => t.meta?.chart === '{chart}' && /^c\\d+-d\\d+$/.test(t.name) && t.x.length === 30)"
         )
     page.wait_for_function(
+        "() => "
         "document.getElementById('chart-loss').data.some(t => /_loss$/.test(t.name) && t.x.length === 30)"
     )
     expect(page.locator(".page-head .status")).to_have_text("succeeded", timeout=30_000)
@@ -155,7 +157,7 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
         assert shown[device]["value"] == pytest.approx(series["value"]), device
     # the segment heatmap is not redrawn off screen: it catches up once scrolled into view
     page.locator("#chart-segments").scroll_into_view_if_needed()
-    page.wait_for_function("document.getElementById('chart-segments').data[0].x.length === 30")
+    page.wait_for_function("() => document.getElementById('chart-segments').data[0].x.length === 30")
     screenshot(page, "run-live-finished")
     # the gradient noise scale the executor measured, drawn live as it was stored (a log axis)
     with server.client() as client:
@@ -165,7 +167,7 @@ def test_launch_quickstart_from_the_form_and_watch_rounds_arrive(login: Login, s
     assert noise["round"], "the simulated executor measured no gradient noise scale"
     page.locator("#chart-gradient-noise").scroll_into_view_if_needed()
     page.wait_for_function(
-        f"document.getElementById('chart-gradient-noise').data[0].x.length === {len(noise['round'])}"
+        f"() => document.getElementById('chart-gradient-noise').data[0].x.length === {len(noise['round'])}"
     )
     drawn = page.evaluate(
         "(() => { const el = document.getElementById('chart-gradient-noise');"
@@ -296,14 +298,14 @@ def test_launch_the_causal_lm_preset_and_see_its_perplexity(login: Login, server
     expect(page.locator(".page-head .status")).to_have_text("succeeded", timeout=120_000)
 
     page.wait_for_function(
-        "document.getElementById('chart-loss')?.data?.find(t => t.name === 'eval_loss')?.x.length === 4"
+        "() => document.getElementById('chart-loss')?.data?.find(t => t.name === 'eval_loss')?.x.length === 4"
     )
     eval_loss = page.evaluate(
         "Array.from(document.getElementById('chart-loss').data.find(t => t.name === 'eval_loss').y)"
     )
     assert eval_loss[-1] < eval_loss[0], eval_loss
     # perplexity has a figure of its own (a log axis: hundreds to thousands)
-    page.wait_for_function("document.getElementById('chart-perplexity')?.data?.[0]?.x.length === 4")
+    page.wait_for_function("() => document.getElementById('chart-perplexity')?.data?.[0]?.x.length === 4")
     shown = page.evaluate(
         "(() => { const el = document.getElementById('chart-perplexity');"
         " return {name: el.data[0].name, y: Array.from(el.data[0].y), axis: el.layout.yaxis.type}; })()"

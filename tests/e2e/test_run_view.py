@@ -120,7 +120,9 @@ def test_cancel_a_running_run(login: Login, server: Server) -> None:
     page = login("operator")
     page.goto(f"{server.url}/#/runs/{run_id}")
     expect(page.locator(".page-head .status")).to_have_text("running", timeout=30_000)
-    page.wait_for_function(f"window.collapipeStats.draws.some(d => d.runId === {run_id})", timeout=30_000)
+    page.wait_for_function(
+        f"() => window.collapipeStats.draws.some(d => d.runId === {run_id})", timeout=30_000
+    )
 
     page.get_by_role("button", name=f"Cancel run {run_id}").click()
     expect(page.locator(".page-head .status")).to_have_text("cancelled", timeout=30_000)
@@ -252,6 +254,7 @@ def test_many_devices_are_drawn_as_a_line_each_in_a_trace_per_cluster(login: Log
     page.evaluate("window.__sameDocument = true")
     expect(page.locator(".page-head .status")).to_have_text("succeeded", timeout=60_000)
     page.wait_for_function(
+        "() => "
         "document.querySelector('[data-charts~=\"power\"]').data"
         ".filter(t => t.meta?.chart === 'power' && t.meta.devices)"
         ".reduce((n, t) => n + t.text.filter(d => d !== null).length, 0) === 12 * 30",

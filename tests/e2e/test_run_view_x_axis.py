@@ -58,8 +58,8 @@ def _wait_all_drawn(page: Page) -> None:
     """Every round on the round latency chart and on both per-device figures (one is off screen: it
     catches up when the page is idle)."""
     for chart in ("queue", "power"):
-        page.wait_for_function(f"({FIRST_DEVICE})('{chart}').x.length === {ROUNDS}", timeout=30_000)
-    page.wait_for_function(f"({ROUND_LATENCY})().x.length === {ROUNDS}", timeout=30_000)
+        page.wait_for_function(f"() => ({FIRST_DEVICE})('{chart}').x.length === {ROUNDS}", timeout=30_000)
+    page.wait_for_function(f"() => ({ROUND_LATENCY})().x.length === {ROUNDS}", timeout=30_000)
 
 
 def test_curves_follow_the_modeled_clock_live_and_after_a_reload(login: Login, server: Server) -> None:
