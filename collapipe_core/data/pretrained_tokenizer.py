@@ -48,9 +48,8 @@ def pretrained_tokenizer(config: ExperimentConfig, workspace: Workspace) -> Text
             "a pretrained tokenizer is read from model.pretrained_path, which is not set; set it to the "
             "directory save_pretrained wrote, or use data.tokenizer.kind bpe or wordpiece",
         )
-    tokenizer_json = _read(workspace, directory, "tokenizer.json")
-    config_json = _read(workspace, directory, "tokenizer_config.json")
-    key = hashlib.blake2b(tokenizer_json + b"\0" + config_json, digest_size=16).hexdigest()
+    tokenizer_json, config_json = _files(workspace, directory)
+    key = _digest(tokenizer_json, config_json)
     if key not in _loaded:
         _loaded.clear()  # one pretrained model per process is the common case
         _loaded[key] = _parse(directory, tokenizer_json, config_json)
@@ -83,6 +82,21 @@ def pretrained_tokenizer(config: ExperimentConfig, workspace: Workspace) -> Text
     eos = bos if eos is None else eos
     assert bos is not None and eos is not None
     return TextTokenizer(tokenizer, SpecialIds(pad=ids["pad"], bos=bos, eos=eos), tuple(vocab))
+
+
+def tokenizer_files_digest(config: ExperimentConfig, workspace: Workspace) -> str:
+    """The digest of the two tokenizer files in ``model.pretrained_path``: what is built from them is
+    the same as long as it is."""
+    assert config.model.pretrained_path is not None
+    return _digest(*_files(workspace, config.model.pretrained_path))
+
+
+def _digest(tokenizer_json: bytes, config_json: bytes) -> str:
+    return hashlib.blake2b(tokenizer_json + b"\0" + config_json, digest_size=16).hexdigest()
+
+
+def _files(workspace: Workspace, directory: str) -> tuple[bytes, bytes]:
+    return _read(workspace, directory, "tokenizer.json"), _read(workspace, directory, "tokenizer_config.json")
 
 
 def _read(workspace: Workspace, directory: str, file_name: str) -> bytes:

@@ -43,17 +43,27 @@ class Records:
 
 def read_records(config: ExperimentConfig, workspace: Workspace, which: Which) -> Records:
     """The checked rows of ``data.files.<which>``, read through ``workspace``."""
-    files = config.data.files
-    if files is None:
-        raise ValueError("data.files is not set")
-    name = files.train if which == "train" else files.eval
-    if name is None:
-        raise ValueError("data.files.eval is not set")
-    context = FileContext(f"data.files.{which}", name)
+    return parse_records(config, workspace, which, read_file(config, workspace, which))
+
+
+def read_file(config: ExperimentConfig, workspace: Workspace, which: Which) -> bytes:
+    """The bytes of ``data.files.<which>`` (the workspace checks the name and the size)."""
+    context = _context(config, which)
     try:
-        data = workspace.read_bytes(context.field, name)
+        return workspace.read_bytes(context.field, context.name)
     except FileRefused as err:
         raise DataError.refused(err) from None
+
+
+def file_digest(data: bytes) -> str:
+    """The key of what is built from a file's bytes."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def parse_records(config: ExperimentConfig, workspace: Workspace, which: Which, data: bytes) -> Records:
+    """The checked rows of ``data``, the content of ``data.files.<which>``."""
+    files, context = config.data.files, _context(config, which)
+    assert files is not None
     kind = config.model.kind
     text_field = "source_column" if kind == "seq2seq" else "text_column"
     mapped = [getattr(files, text_field)]
@@ -69,8 +79,17 @@ def read_records(config: ExperimentConfig, workspace: Workspace, which: Which) -
     targets = _texts(context, table, files, "target_column") if kind == "seq2seq" else None
     labels = _labels(context, table, files) if kind == "classifier" else None
     groups = _groups(context, table, files.group_column) if which == "train" and files.group_column else None
-    digest = hashlib.blake2b(data, digest_size=16).hexdigest()
-    return Records(context, table, digest, texts, targets, labels, groups)
+    return Records(context, table, file_digest(data), texts, targets, labels, groups)
+
+
+def _context(config: ExperimentConfig, which: Which) -> FileContext:
+    files = config.data.files
+    if files is None:
+        raise ValueError("data.files is not set")
+    name = files.train if which == "train" else files.eval
+    if name is None:
+        raise ValueError("data.files.eval is not set")
+    return FileContext(f"data.files.{which}", name)
 
 
 def _column(context: FileContext, table: Table, field: str, column: str, role: str) -> list[object]:

@@ -127,8 +127,9 @@ def _too_many_rows(context: FileContext, count: str) -> DataError:
 
 
 def _decoded(context: FileContext, data: bytes, offset: int = 0) -> str:
+    """UTF-8 text (a byte-order mark at the file's start is dropped); ``offset``: where ``data`` starts."""
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8-sig" if offset == 0 else "utf-8")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
         raise context.error(

@@ -42,6 +42,7 @@ from collapipe_core.workspace import Workspace
 WORD_START = "\u2581"  # ▁
 CONTINUATION = "##"
 MAX_CACHED = 8
+ENCODE_CHUNK = 8192
 _trained: dict[tuple[str, int, str], TextTokenizer] = {}
 
 
@@ -54,9 +55,15 @@ class TextTokenizer:
     vocab: tuple[str, ...]
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids of each text, without special tokens (the callers add them)."""
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return [encoding.ids for encoding in encodings]
+        """Token ids of each text, without special tokens (the callers add them), encoded
+        :data:`ENCODE_CHUNK` texts at a time: an encoding holds tokens, offsets and masks besides the
+        ids, so a million of them at once took gigabytes."""
+        ids: list[list[int]] = []
+        for start in range(0, len(texts), ENCODE_CHUNK):
+            chunk = list(texts[start : start + ENCODE_CHUNK])
+            encodings = self.tokenizer.encode_batch_fast(chunk, add_special_tokens=False)  # no offsets
+            ids.extend(encoding.ids for encoding in encodings)
+        return ids
 
 
 def make_tokenizer(

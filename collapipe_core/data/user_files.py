@@ -32,9 +32,10 @@ from collapipe_core.config import ExperimentConfig
 from collapipe_core.data.corpus import Corpus
 from collapipe_core.data.errors import quoted_name, too_few_samples
 from collapipe_core.data.partition import Indices, hold_out
-from collapipe_core.data.records import Label, Records, read_records
+from collapipe_core.data.pretrained_tokenizer import tokenizer_files_digest
+from collapipe_core.data.records import Label, Records, file_digest, parse_records, read_file
 from collapipe_core.data.sequences import Flags, causal_windows, classifier_rows, seq2seq_rows
-from collapipe_core.data.tokenization import TextTokenizer, make_tokenizer
+from collapipe_core.data.tokenization import TextTokenizer, make_tokenizer, target_vocab_size
 from collapipe_core.data.vocab import IdMatrix
 from collapipe_core.quote import short
 from collapipe_core.workspace import Workspace
@@ -46,11 +47,42 @@ _built: dict[tuple[object, ...], Corpus] = {}
 
 
 def load_file_corpus(config: ExperimentConfig, workspace: Workspace) -> Corpus:
-    """The user's files encoded for ``model.kind``; DataError names the field, file and row of a problem."""
+    """The user's files encoded for ``model.kind``; DataError names the field, file and row of a problem.
+
+    The files are read every time and parsed only when what is built from them is not cached: the key
+    is their bytes' digests (and the tokenizer files'), with every config field the corpus depends on.
+    """
+    files, kind, model = config.data.files, config.model.kind, config.model
+    assert files is not None
+    train_data = read_file(config, workspace, "train")
+    held_data = read_file(config, workspace, "eval") if files.eval is not None else None
+    key: tuple[object, ...] = (file_digest(train_data), held_data and file_digest(held_data))
+    key += (_tokenizer_key(config, workspace), config.seed, config.network.num_clusters)
+    key += (config.data.model_dump_json(), kind, model.seq_len, model.target_len, model.vocab_size)
+    if key not in _built:
+        train = parse_records(config, workspace, "train", train_data)
+        held = parse_records(config, workspace, "eval", held_data) if held_data is not None else None
+        del train_data, held_data  # the parsed rows are what is kept while the corpus is built
+        corpus = _built_corpus(config, workspace, train, held)
+        if len(_built) >= MAX_CACHED:
+            _built.pop(next(iter(_built)))
+        _built[key] = corpus
+    return _built[key]
+
+
+def _tokenizer_key(config: ExperimentConfig, workspace: Workspace) -> tuple[object, ...]:
+    """What, besides the training texts, decides the tokenizer: its kind and size, or its files."""
+    tokenizer = config.data.tokenizer
+    if tokenizer.kind == "pretrained" and config.model.pretrained_path is not None:
+        return ("pretrained", tokenizer_files_digest(config, workspace))
+    return (tokenizer.kind, target_vocab_size(config))
+
+
+def _built_corpus(
+    config: ExperimentConfig, workspace: Workspace, train: Records, held: Records | None
+) -> Corpus:
     files, kind = config.data.files, config.model.kind
     assert files is not None
-    train = read_records(config, workspace, "train")
-    held = read_records(config, workspace, "eval") if files.eval is not None else None
     rows = np.arange(train.table.num_rows)
     held_rows: Indices | None = None
     if held is None and kind != "causal_lm":  # hold rows out before the tokenizer sees the data
@@ -61,17 +93,9 @@ def load_file_corpus(config: ExperimentConfig, workspace: Workspace) -> Corpus:
         held_rows, rest = hold_out(rows.size, data.eval_samples, config.seed)
         rows = np.sort(rest)
     tokenizer = make_tokenizer(config, workspace, _training_texts(train, rows))
-    model = config.model
-    key: tuple[object, ...] = (train.digest, held.digest if held else None, tokenizer, config.seed)
-    key += (config.data.model_dump_json(), kind, model.seq_len, model.target_len)
-    if key not in _built:
-        if len(_built) >= MAX_CACHED:
-            _built.pop(next(iter(_built)))
-        if kind == "causal_lm":
-            _built[key] = _causal_lm(config, tokenizer, train, held)
-        else:
-            _built[key] = _rows_corpus(config, tokenizer, train, held, rows, held_rows)
-    return _built[key]
+    if kind == "causal_lm":
+        return _causal_lm(config, tokenizer, train, held)
+    return _rows_corpus(config, tokenizer, train, held, rows, held_rows)
 
 
 def _training_texts(train: Records, rows: Indices) -> list[str]:

@@ -277,3 +277,30 @@ def test_a_bad_file_gets_one_error_naming_the_field_the_file_and_the_row(
         load_dataset(config, Workspace(data_dir=tmp_path))
     assert error.value.field == field and fragment in error.value.message
     assert "\n" not in error.value.message and "row 5" not in error.value.message  # no file content quoted
+
+
+def test_validation_s_questions_parse_a_file_once_and_a_changed_file_again(
+    tmp_path: Path, write_rows: WriteRows, make_files_config: MakeFilesConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """load_dataset, dataset_size and vocab_sizes each ask for the corpus: the file is read each time,
+    parsed once (a 10^6-line JSONL was parsed three times per validation)."""
+    from collapipe_core.data import records
+
+    parsed: list[str] = []
+    parse = records.parse_table
+
+    def counting(context: Any, *args: Any) -> Any:
+        parsed.append(context.name)
+        return parse(context, *args)
+
+    monkeypatch.setattr(records, "parse_table", counting)
+    write_rows(_rows("classifier", 151), "once.jsonl")
+    config = make_files_config("classifier", "once.jsonl")
+    workspace = Workspace(data_dir=tmp_path)
+    load_dataset(config, workspace), dataset_size(config, workspace), vocab_sizes(config, workspace)
+    assert parsed == ["once.jsonl"]
+    write_rows(_rows("classifier", 152), "once.jsonl")
+    assert dataset_size(config, workspace) == 152 and parsed == ["once.jsonl"] * 2
+    more_clusters = make_files_config("classifier", "once.jsonl", num_clusters=4)
+    with pytest.raises(DataError, match="has 152 rows but the config needs 180"):
+        dataset_size(more_clusters, workspace)  # the cluster count is checked on a cached corpus too
