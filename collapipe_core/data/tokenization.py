@@ -54,16 +54,29 @@ class TextTokenizer:
     specials: SpecialIds
     vocab: tuple[str, ...]
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+    def encode(self, texts: Sequence[str], max_tokens: int | None = None) -> list[list[int]]:
         """Token ids of each text, without special tokens (the callers add them), encoded
         :data:`ENCODE_CHUNK` texts at a time: an encoding holds tokens, offsets and masks besides the
-        ids, so a million of them at once took gigabytes."""
+        ids, so a million of them at once took gigabytes. TooManyTokens as soon as the texts hold more
+        than ``max_tokens``."""
         ids: list[list[int]] = []
+        count = 0
         for start in range(0, len(texts), ENCODE_CHUNK):
             chunk = list(texts[start : start + ENCODE_CHUNK])
             encodings = self.tokenizer.encode_batch_fast(chunk, add_special_tokens=False)  # no offsets
             ids.extend(encoding.ids for encoding in encodings)
+            count += sum(len(row) for row in ids[start:])
+            if max_tokens is not None and count > max_tokens:
+                raise TooManyTokens(count)
         return ids
+
+
+class TooManyTokens(Exception):
+    """Texts hold more tokens than the caller takes (``count``: at least this many)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(f"{count} tokens")
+        self.count = count
 
 
 def make_tokenizer(

@@ -35,7 +35,7 @@ from collapipe_core.data.partition import Indices, hold_out
 from collapipe_core.data.pretrained_tokenizer import tokenizer_files_digest
 from collapipe_core.data.records import Label, Records, file_digest, parse_records, read_file
 from collapipe_core.data.sequences import Flags, causal_windows, classifier_rows, seq2seq_rows
-from collapipe_core.data.tokenization import TextTokenizer, make_tokenizer, target_vocab_size
+from collapipe_core.data.tokenization import TextTokenizer, TooManyTokens, make_tokenizer, target_vocab_size
 from collapipe_core.data.vocab import IdMatrix
 from collapipe_core.quote import short
 from collapipe_core.workspace import Workspace
@@ -43,6 +43,9 @@ from collapipe_core.workspace import Workspace
 NAME = "files"
 LICENCE = "the user's own data (data.files): its licence is the user's to honour"
 MAX_CACHED = 4
+MAX_CORPUS_IDS = 2**27
+"""Most token ids a dataset's id matrices hold (1 GiB as int64): rows × padded length for classifier
+and seq2seq files (checked before encoding), tokens for causal_lm (counted while encoding)."""
 _built: dict[tuple[object, ...], Corpus] = {}
 
 
@@ -138,7 +141,16 @@ def _rows_corpus(
 ) -> Corpus:
     """Classifier or seq2seq: ``rows`` of the training file train; the eval file or ``held_rows`` are held
     out."""
-    kind = config.model.kind
+    kind, model = config.model.kind, config.model
+    width = model.seq_len + (model.target_len + 1 if kind == "seq2seq" else 0)
+    rows_in_all = train.table.num_rows + (held.table.num_rows if held is not None else 0)
+    if rows_in_all * width > MAX_CORPUS_IDS:
+        lengths = "model.seq_len" + (" + model.target_len + 1" if kind == "seq2seq" else "")
+        raise train.context.error(
+            f"holds{' with data.files.eval' if held is not None else ''} {rows_in_all:,} rows of {width} "
+            f"token ids each ({lengths}), {rows_in_all * width:,} in all, more than the "
+            f"{MAX_CORPUS_IDS:,} token ids CollaPipe holds for a dataset; use fewer rows or shorter sequences"
+        )
     ordered = sorted(set(train.labels or []), key=_label_order)
     classes = {_label_key(label): i for i, label in enumerate(ordered)}
     src, tgt, cut = _encoded(config, tokenizer, train, classes)
@@ -165,16 +177,33 @@ def _causal_lm(
 ) -> Corpus:
     """Windows of the training file's documents; held out: the eval file's windows (or none: a split)."""
     eos = tokenizer.specials.eos
-    src, tgt, first_doc = causal_windows(tokenizer.encode(train.texts), config.model.seq_len, eos)
+    documents = _documents(tokenizer, [train] + ([held] if held is not None else []))
+    src, tgt, first_doc = causal_windows(documents[0], config.model.seq_len, eos)
     keys = _group_ids(train.groups)[first_doc] if train.groups is not None else np.zeros_like(first_doc)
     held_out = None
     if held is not None:
-        eval_src, eval_tgt, _ = causal_windows(tokenizer.encode(held.texts), config.model.seq_len, eos)
+        eval_src, eval_tgt, _ = causal_windows(documents[1], config.model.seq_len, eos)
         eval_src, eval_tgt = _read_only(eval_src, eval_tgt)
         held_out = (eval_src, eval_tgt)
     src, tgt, keys = _read_only(src, tgt, keys)
     vocab = tokenizer.vocab
     return Corpus(NAME, "causal_lm", vocab, vocab, src, tgt, keys, held_out, tokenizer.specials)
+
+
+def _documents(tokenizer: TextTokenizer, files: Sequence[Records]) -> list[list[list[int]]]:
+    """Each file's texts as token ids; DataError once they hold more than :data:`MAX_CORPUS_IDS`."""
+    encoded: list[list[list[int]]] = []
+    budget = MAX_CORPUS_IDS
+    for records in files:
+        try:
+            encoded.append(tokenizer.encode(records.texts, max_tokens=budget))
+        except TooManyTokens:
+            raise files[0].context.error(
+                f"holds{' with data.files.eval' if len(files) > 1 else ''} more than the "
+                f"{MAX_CORPUS_IDS:,} token ids CollaPipe holds for a dataset; use less text"
+            ) from None
+        budget -= sum(len(ids) for ids in encoded[-1])
+    return encoded
 
 
 def _read_only(*arrays: IdMatrix) -> tuple[IdMatrix, ...]:

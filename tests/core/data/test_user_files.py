@@ -304,3 +304,25 @@ def test_validation_s_questions_parse_a_file_once_and_a_changed_file_again(
     more_clusters = make_files_config("classifier", "once.jsonl", num_clusters=4)
     with pytest.raises(DataError, match="has 152 rows but the config needs 180"):
         dataset_size(more_clusters, workspace)  # the cluster count is checked on a cached corpus too
+
+
+@pytest.mark.parametrize("kind", ["classifier", "seq2seq", "causal_lm"])
+def test_a_corpus_past_the_id_limit_is_refused_before_its_arrays_exist(
+    kind: str,
+    tmp_path: Path,
+    write_rows: WriteRows,
+    make_files_config: MakeFilesConfig,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from collapipe_core.data import user_files
+
+    write_rows(_rows(kind), "big.jsonl")
+    config = make_files_config(kind, "big.jsonl")
+    workspace = Workspace(data_dir=tmp_path)
+    needed = dataset_size(config, workspace)  # fits the real limit
+    user_files._built.clear()
+    monkeypatch.setattr(user_files, "MAX_CORPUS_IDS", 1000)
+    with pytest.raises(DataError) as error:
+        dataset_size(config, workspace)
+    assert needed and error.value.field == "data.files.train"
+    assert "more than the 1,000 token ids CollaPipe holds for a dataset" in error.value.message
