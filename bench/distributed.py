@@ -135,7 +135,7 @@ def step_time(run: dict[str, Any], schedule: str, links: bool) -> dict[str, Any]
     def steady_mean(values: list[float]) -> float:
         return statistics.fmean(values[m:])  # drop the first iteration's micro-batches
 
-    sc, b = state.scenario, state.settings.microbatch_size
+    sc, b = state.scenario, state.settings.samples_per_microbatch(MICROBATCHES)
     elements = b * 64 * 128
     rates = link_rate_bps(
         decision.bandwidth_share(), decision.power_w(), state.gain, sc.bandwidth_hz, sc.noise_density_w_per_hz
@@ -226,7 +226,7 @@ def main() -> None:
         "scenario": {
             "segments": SEGMENTS,
             "num_microbatches": MICROBATCHES,
-            "microbatch_size": config.training.microbatch_size,
+            "microbatch_size": config.training.fixed_microbatch_size,
             "local_iterations": config.training.local_iterations,
             "model": m.model_dump(),
             "ranks": "CU, c0-d0, c0-d2, edge (c0-d1 holds no TEB); 2-core host, 1 torch thread per rank",

@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from collapipe_core.config import ExperimentConfig
+from collapipe_core.config import ExperimentConfig, TrainingConfig
 from collapipe_core.costmodel import evaluate
 from collapipe_core.decision import Decision
 from collapipe_core.metrics import time_to_target
@@ -164,11 +164,11 @@ def run_policy(config: ExperimentConfig, policy: str, rounds: int, executor: str
 # -- modeled figures --------------------------------------------------------------------------------
 
 
-def modeled_figures(results: list[RoundResult], samples_per_microbatch: int) -> dict[str, float]:
-    """Figures of one policy's analytic rounds; ``samples_per_microbatch`` = b × local iterations."""
+def modeled_figures(results: list[RoundResult], training: TrainingConfig) -> dict[str, float]:
+    """Figures of one policy's analytic rounds (``training``: how many samples a round trains)."""
     latency = [r.round.latency_s for r in results]
     compute = [sum(d.compute_s for d in r.devices) for r in results]
-    samples = [samples_per_microbatch * sum(r.round.num_microbatches) for r in results]
+    samples = [training.samples_per_round(r.round.num_microbatches) for r in results]
     devices = len(results[0].devices)
     energy_ratio: dict[str, list[float]] = {}
     for r in results:
@@ -218,9 +218,8 @@ def analytic_task(
     decision log; ``overrides`` (:func:`modeled_overrides`) set the seed and the convergence term."""
     config = scenario_config(path, **(overrides or {}))
     results = run_policy(config, policy, rounds, "analytic")
-    per_microbatch = config.training.microbatch_size * config.training.local_iterations
     return {
-        "figures": modeled_figures(results, per_microbatch),
+        "figures": modeled_figures(results, config.training),
         "latency_series": [r.round.latency_s for r in results],
         "microbatches": [list(r.round.num_microbatches) for r in results],
         "decision_log": decision_log(results),

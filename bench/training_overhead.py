@@ -149,12 +149,13 @@ class Plain:
         return logits
 
     def round(self, state: RoundState, decision: Decision, microbatched: bool) -> float:
-        ex, b = self.executor, state.settings.microbatch_size
+        ex, settings = self.executor, state.settings
         started = time.perf_counter()
         for n, (shard, cluster) in enumerate(zip(ex.bundle.shards, decision.clusters, strict=True)):
             optimizer, micro = self.optimizers[n], cluster.num_microbatches
             for it in range(state.settings.local_iterations):
-                idx = batch_indices(len(shard), micro * b, (ex.config.seed, state.round_index, n, it))
+                step = settings.samples_per_step(micro)
+                idx = batch_indices(len(shard), step, (ex.config.seed, state.round_index, n, it))
                 src, tgt = shard.src[idx], shard.tgt[idx]
                 mask = source_mask(src, ex.pad_id)
                 optimizer.zero_grad(set_to_none=True)
@@ -177,8 +178,7 @@ def measure(path: str, repeats: int) -> dict[str, Any]:
     plain = Plain(executor)
     state = observe(env, 0)
     decision = api.decide("uniform", state)
-    samples = sum(c.num_microbatches for c in decision.clusters) * config.training.microbatch_size
-    samples *= config.training.local_iterations
+    samples = config.training.samples_per_round(c.num_microbatches for c in decision.clusters)
     train, evaluation = Timer(), Timer()
     ways: dict[str, Callable[[], tuple[float, float]]] = {}
 

@@ -51,12 +51,19 @@ def calibration_config(
     if rounds < 1:
         raise CalibrationError(f"rounds = {rounds}: calibrate for at least 1 round")
     m = max(2, config.scheduler.num_microbatches) if num_microbatches is None else num_microbatches
-    b, samples = config.training.microbatch_size, config.data.samples_per_cluster
+    t, samples = config.training, config.data.samples_per_cluster
     if m < 2:
         raise CalibrationError(
             f"{m} micro-batch: the noise scale needs at least 2 micro-batches per step; use 2 or more"
         )
-    if m * b > samples:
+    if t.batch_size is not None and (m > t.batch_size or t.batch_size % m):
+        divisors = [d for d in range(2, t.batch_size + 1) if t.batch_size % d == 0]
+        raise CalibrationError(
+            f"{m} micro-batches do not split training.batch_size = {t.batch_size} into equal micro-batches; "
+            f"use one of {', '.join(map(str, divisors))}"
+        )
+    b = t.samples_per_microbatch(m)
+    if t.batch_size is None and m * b > samples:
         raise CalibrationError(
             f"{m} micro-batches of {b} samples exceed a cluster's data (data.samples_per_cluster = "
             f"{samples}); use at most {samples // b} micro-batches, or a smaller training.microbatch_size"
@@ -64,9 +71,10 @@ def calibration_config(
     data: dict[str, Any] = config.model_dump(mode="json", by_alias=True)
     data["executor"] = "simulated"
     data["training"]["rounds"] = rounds
-    data["scheduler"].update(
-        policy="uniform", num_microbatches=m, max_microbatches=max(m, config.scheduler.max_microbatches)
-    )
+    limit = max(m, config.scheduler.max_microbatches)
+    if t.batch_size is not None:
+        limit = min(limit, t.batch_size)
+    data["scheduler"].update(policy="uniform", num_microbatches=m, max_microbatches=limit)
     return parse_config(data, workspace)
 
 
@@ -82,7 +90,8 @@ def calibrate(
     runner = Runner(trained, MemorySink(), workspace=workspace)
     runner.run(on_round=on_round)
     value, averages = runner.gradient_noise.noise_scale, runner.gradient_noise.averages()
-    m, b = trained.scheduler.num_microbatches, trained.training.microbatch_size
+    m = trained.scheduler.num_microbatches
+    b = trained.training.samples_per_microbatch(m)
     if value is None or averages is None:
         raise CalibrationError(
             f"{rounds} rounds of {m} micro-batches of {b} samples did not resolve the gradient from its "

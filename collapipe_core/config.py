@@ -18,6 +18,7 @@ are finite (no NaN or ±Infinity) and never strings (PyYAML reads ``4.0e9`` as a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -26,6 +27,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -121,6 +123,20 @@ class NetworkConfig(_Section):
     )
     kappa: PositiveFloat = Field(
         default=1.0e-28, description="κ: effective switched capacitance (J·s²/cycle³)"
+    )
+    link_latency_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=60.0,
+        description="τ: fixed latency of every transfer on every link (protocol round trips and "
+        "propagation), on top of payload/rate; paid once per activation or gradient of a micro-batch",
+    )
+    block_overhead_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=60.0,
+        description="c_0: fixed time of one TEB's forward pass per micro-batch on a device, whatever its "
+        "size (kernel launches, small-batch inefficiency); the backward pass pays it Φ_B/Φ_F times",
     )
     runtime_overhead_bytes: Integral = Field(
         default=64 * 2**20,
@@ -379,16 +395,66 @@ class DataConfig(_Section):
         return self
 
 
+DEFAULT_MICROBATCH_SIZE = 8
+
+
 class TrainingConfig(_Section):
+    """How each cluster trains. Two readings of micro-batching: ``batch_size`` B fixes a step's batch and
+    M splits it into micro-batches of B/M samples (M does not change the gradient: the GPipe, torchtitan
+    and DeepSpeed reading); ``microbatch_size`` b fixes a micro-batch and a step trains M·b samples (M
+    changes the gradient). Set one; with neither, b = 8."""
+
     rounds: Integral = Field(default=20, ge=1, le=1_000_000, description="communication rounds")
     local_iterations: Integral = Field(
         default=1, ge=1, le=100_000, description="I: pipeline iterations per round and cluster"
     )
-    microbatch_size: Integral = Field(default=8, ge=1, le=2**20, description="b: samples per micro-batch")
+    microbatch_size: Annotated[Integral, Field(ge=1, le=2**20)] | None = Field(
+        default=None,
+        description="b: samples per micro-batch, the fixed micro-batch reading (a step trains M·b samples); "
+        f"default {DEFAULT_MICROBATCH_SIZE}; leave it out when batch_size is set",
+    )
+    batch_size: Annotated[Integral, Field(ge=1, le=2**20)] | None = Field(
+        default=None,
+        description="B: samples per local step and cluster, split into M micro-batches of B/M samples (M "
+        "divides B and does not change the gradient); leave out microbatch_size",
+    )
     optimizer: Literal["sgd", "momentum", "adamw"] = Field(default="adamw")
     lr: PositiveFloat = Field(default=3e-3, description="learning rate")
     weight_decay: float = Field(default=0.0, ge=0.0, le=MAX_FLOAT)
     schedule: Literal["gpipe", "1f1b"] = Field(default="gpipe", description="micro-batch schedule")
+
+    @field_validator("batch_size")
+    @classmethod
+    def _one_reading(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("microbatch_size") is not None:
+            raise ValueError(
+                "training.batch_size and training.microbatch_size are two readings of micro-batching; set "
+                "one: batch_size B (M micro-batches of B/M samples) or microbatch_size b (steps of M·b)"
+            )
+        return value
+
+    @property
+    def fixed_microbatch_size(self) -> int | None:
+        """b of the fixed micro-batch reading; None when ``batch_size`` fixes the batch."""
+        if self.batch_size is not None:
+            return None
+        return DEFAULT_MICROBATCH_SIZE if self.microbatch_size is None else self.microbatch_size
+
+    def samples_per_microbatch(self, num_microbatches: int) -> int:
+        """b at M micro-batches: the fixed b, or B/M."""
+        if self.batch_size is not None:
+            return self.batch_size // num_microbatches
+        return self.fixed_microbatch_size or DEFAULT_MICROBATCH_SIZE
+
+    def samples_per_step(self, num_microbatches: int) -> int:
+        """Samples of one local step at M micro-batches: M·b, or B."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return num_microbatches * self.samples_per_microbatch(num_microbatches)
+
+    def samples_per_round(self, num_microbatches: Iterable[int]) -> int:
+        """Samples a round trains over every cluster, given each cluster's M: I·Σ_n (M_n·b, or B)."""
+        return self.local_iterations * sum(self.samples_per_step(int(m)) for m in num_microbatches)
 
 
 class SchedulerConfig(_Section):

@@ -54,6 +54,8 @@ class Scenario:
     edge_downlink_rate_bps: float
     cu_uplink_rate_bps: float
     kappa: float
+    link_latency_s: float  # τ: every transfer's fixed latency
+    block_overhead_s: float  # c_0: a TEB's fixed forward time per micro-batch
     runtime_overhead_bytes: float
     bandwidth_hz: float
     noise_density_w_per_hz: float
@@ -113,6 +115,8 @@ def build_scenario(config: ExperimentConfig) -> Scenario:
         edge_downlink_rate_bps=net.edge_downlink_rate_bps,
         cu_uplink_rate_bps=net.cu_uplink_rate_bps,
         kappa=net.kappa,
+        link_latency_s=net.link_latency_s,
+        block_overhead_s=net.block_overhead_s,
         runtime_overhead_bytes=float(net.runtime_overhead_bytes),
         bandwidth_hz=ch.bandwidth_hz,
         noise_density_w_per_hz=ch.noise_density_w_per_hz,

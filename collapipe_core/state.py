@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from collapipe_core.config import ExperimentConfig
+from collapipe_core.costmodel.problem import microbatch_choices
 from collapipe_core.costmodel.profile import ModelProfile, build_profile
 from collapipe_core.decision import Decision
 from collapipe_core.network import (
@@ -37,7 +38,8 @@ from collapipe_core.workspace import FileRefused, Workspace
 class Settings:
     """The training and scheduling constants a policy and the cost model need."""
 
-    microbatch_size: int  # b
+    microbatch_size: int | None  # b of the fixed micro-batch reading (None: the batch is fixed)
+    batch_size: int | None  # B of the fixed batch reading: M micro-batches of B/M samples
     local_iterations: int  # I
     schedule: Literal["gpipe", "1f1b"]
     V: float
@@ -55,7 +57,8 @@ class Settings:
     def from_config(config: ExperimentConfig) -> Settings:
         t, s = config.training, config.scheduler
         return Settings(
-            microbatch_size=t.microbatch_size,
+            microbatch_size=t.fixed_microbatch_size,
+            batch_size=t.batch_size,
             local_iterations=t.local_iterations,
             schedule=t.schedule,
             V=s.V,
@@ -71,9 +74,31 @@ class Settings:
         )
 
     @property
+    def microbatch_choices(self) -> IntArray:
+        """The M a decision may take, ascending: 1..M_max with M·b within a cluster's data, or with a fixed
+        batch B the divisors of B up to M_max (every micro-batch holds B/M samples)."""
+        if self.batch_size is not None:
+            return microbatch_choices(self.batch_size, min(self.max_microbatches, self.batch_size))
+        assert self.microbatch_size is not None
+        return microbatch_choices(
+            None, min(self.max_microbatches, self.samples_per_cluster // self.microbatch_size)
+        )
+
+    @property
     def microbatch_limit(self) -> int:
-        """Largest M: the config's cap, and M·b must not exceed a cluster's data."""
-        return max(1, min(self.max_microbatches, self.samples_per_cluster // self.microbatch_size))
+        """Largest M (the last of :attr:`microbatch_choices`)."""
+        return int(self.microbatch_choices[-1])
+
+    def samples_per_microbatch(self, num_microbatches: int) -> int:
+        """b at M micro-batches: the fixed b, or B/M."""
+        if self.batch_size is not None:
+            return self.batch_size // num_microbatches
+        assert self.microbatch_size is not None
+        return self.microbatch_size
+
+    def samples_per_step(self, num_microbatches: int) -> int:
+        """Samples of one local step at M micro-batches: M·b, or B."""
+        return num_microbatches * self.samples_per_microbatch(num_microbatches)
 
 
 @dataclass(frozen=True, eq=False)

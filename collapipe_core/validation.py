@@ -28,8 +28,8 @@ from collapipe_core.config import (
     USER_FILES,
     ExperimentConfig,
 )
-from collapipe_core.costmodel.evaluate import device_memory_bytes
 from collapipe_core.costmodel.host import host_memory_bytes
+from collapipe_core.costmodel.problem import device_memory_bytes
 from collapipe_core.costmodel.profile import ModelProfile
 from collapipe_core.network import DeviceTrace
 from collapipe_core.quote import json_value, short
@@ -233,17 +233,20 @@ def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigP
         add(
             "model.num_decoder_layers", m.num_decoder_layers, "a seq2seq model needs at least 1 decoder layer"
         )
-    if t.microbatch_size > d.samples_per_cluster:
+    b = t.fixed_microbatch_size
+    if t.batch_size is not None:
+        problems.extend(_batch_problems(config))
+    elif b is not None and b > d.samples_per_cluster:
         add(
             "training.microbatch_size",
-            t.microbatch_size,
+            b,
             f"larger than a cluster's data (data.samples_per_cluster = {d.samples_per_cluster})",
         )
-    elif s.num_microbatches * t.microbatch_size > d.samples_per_cluster:
+    elif b is not None and s.num_microbatches * b > d.samples_per_cluster:
         add(
             "scheduler.num_microbatches",
             s.num_microbatches,
-            f"M·b = {s.num_microbatches * t.microbatch_size} exceeds a cluster's data "
+            f"M·b = {s.num_microbatches * b} exceeds a cluster's data "
             f"({d.samples_per_cluster} samples); lower M or the micro-batch size",
         )
     elif s.num_microbatches > s.max_microbatches:
@@ -261,6 +264,51 @@ def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigP
         add(err.field, err.value, err.message)
     if not problems:
         problems.extend(_check_data_and_memory(config, workspace, trace, pretrained))
+    return problems
+
+
+def _batch_problems(config: ExperimentConfig) -> list[ConfigProblem]:
+    """The fixed batch B: M micro-batches of exactly B/M samples, B within a cluster's data."""
+    t, s, d = config.training, config.scheduler, config.data
+    batch = t.batch_size
+    assert batch is not None
+    problems: list[ConfigProblem] = []
+    if batch > d.samples_per_cluster:
+        problems.append(
+            ConfigProblem(
+                "training.batch_size",
+                batch,
+                f"a step draws B = {batch} samples but a cluster holds data.samples_per_cluster = "
+                f"{d.samples_per_cluster}; lower training.batch_size or raise data.samples_per_cluster",
+            )
+        )
+    if s.num_microbatches > batch or batch % s.num_microbatches:
+        fits = [m for m in range(1, min(batch, s.max_microbatches) + 1) if batch % m == 0]
+        problems.append(
+            ConfigProblem(
+                "scheduler.num_microbatches",
+                s.num_microbatches,
+                f"must divide training.batch_size = {batch} (every micro-batch holds B/M samples); "
+                f"choose one of {', '.join(map(str, fits))}",
+            )
+        )
+    if s.max_microbatches > batch:
+        problems.append(
+            ConfigProblem(
+                "scheduler.max_microbatches",
+                s.max_microbatches,
+                f"exceeds training.batch_size = {batch}: a micro-batch holds at least one sample; set "
+                f"scheduler.max_microbatches to at most {batch}",
+            )
+        )
+    elif s.num_microbatches > s.max_microbatches:
+        problems.append(
+            ConfigProblem(
+                "scheduler.num_microbatches",
+                s.num_microbatches,
+                f"exceeds scheduler.max_microbatches ({s.max_microbatches})",
+            )
+        )
     return problems
 
 
@@ -326,18 +374,27 @@ def _check_data_and_memory(
         field = _MODEL_FIELD.match(message)
         return [*problems, ConfigProblem(field.group(1) if field else "model", None, message)]
     problems.extend(host_memory_problems(config, env.profile, workspace.memory_limit_bytes))
-    b, overhead = config.training.microbatch_size, env.scenario.runtime_overhead_bytes
+    # the M that needs the least memory: one micro-batch of b samples, or with a fixed batch the most
+    # micro-batches (B/M_max samples each; GPipe keeps all M in flight, 1F1B at best one)
+    st = env.settings
+    micro = 1 if st.batch_size is None else st.microbatch_limit
+    b = st.samples_per_microbatch(micro)
+    in_flight = micro if config.training.schedule == "gpipe" else 1
+    overhead = env.scenario.runtime_overhead_bytes
     activation = b * env.profile.block_activation_bytes
     problems.extend(
         memory_problems(
             env.scenario.memory_bytes,
-            # what a scheduled device holds besides its TEBs at M = 1 (costmodel.device_memory_bytes)
+            # what a scheduled device holds besides its TEBs at that M (costmodel.device_memory_bytes)
             float(
-                device_memory_bytes(0, 1, 1, 0.0, activation, 2.0 * b * env.profile.payload_bytes, overhead)
+                device_memory_bytes(
+                    0, in_flight, micro, 0.0, activation, 2.0 * b * env.profile.payload_bytes, overhead
+                )
             ),
             env.profile.block_state_bytes,
-            activation,
+            in_flight * activation,
             config.model.num_blocks,
+            micro,
         )
     )
     return problems
@@ -349,8 +406,10 @@ def memory_problems(
     state_bytes: float,
     activation_bytes: float,
     blocks: int,
+    micro: int = 1,
 ) -> list[ConfigProblem]:
-    """Refuse a network where even the most favourable placement (M = 1) cannot hold the encoder.
+    """Refuse a network where even the most favourable placement (at the M that needs the least memory,
+    ``micro``: 1, or the most with a fixed batch) cannot hold the encoder.
 
     With one micro-batch in flight a device fits cap_k = ⌊(memory_k − fixed) / (state + b·act)⌋ TEBs,
     fixed being the runtime overhead, one micro-batch's backward working set and its receive buffers;
@@ -373,7 +432,7 @@ def memory_problems(
             "network.memory_bytes",
             float(capacity_bytes[n, best]),
             f"cluster {n}{others} cannot hold the encoder in any placement: its devices fit "
-            f"{int(caps[n].sum())} of {blocks} TEBs ({per_block / 2**20:.2f} MiB each at M = 1, plus "
+            f"{int(caps[n].sum())} of {blocks} TEBs ({per_block / 2**20:.2f} MiB each at M = {micro}, plus "
             f"{fixed_bytes / 2**20:.0f} MiB of runtime and pipeline buffers); its largest device "
             f"c{n}-d{best} has "
             f"{capacity_bytes[n, best] / 2**20:.1f} MiB and is short by {shortfall / 2**20:.1f} MiB "

@@ -4,8 +4,8 @@ They are the modeled figures of ``collapipe bench paper`` (docs/paper-comparison
 to a target eval loss and the final eval metrics of training runs:
 
 - ``mean_latency_s``: mean round latency T;
-- ``latency_per_sample_s``: Σ T / Σ samples trained, a round training b·I·Σ_n M_n samples (policies
-  train different numbers of micro-batches per round);
+- ``latency_per_sample_s``: Σ T / Σ samples trained, a round training I·Σ_n M_n·b samples, or I·N·B
+  with a fixed batch (policies train different numbers of micro-batches per round);
 - ``time_to_target_s``: Σ T of the rounds up to the first whose eval_loss ≤ the target (modeled
   elapsed time; none if no round reached it or no target was given);
 - ``efficiency``: mean over rounds of Σ_k compute_s / (devices × T) (computation efficiency);
@@ -26,13 +26,14 @@ from typing import Any
 
 from backend.jsonsafe import finite
 from backend.studies.schemas import MetricInfo
+from collapipe_core.config import TrainingConfig
 from collapipe_core.metrics import METRICS_BY_NAME, time_to_target
 
 FIXED_METRICS = tuple(
     MetricInfo(name=name, unit=unit, description=description)
     for name, unit, description in (
         ("mean_latency_s", "s", "mean round latency T"),
-        ("latency_per_sample_s", "s", "Σ T / Σ samples (a round trains b·I·Σ M samples)"),
+        ("latency_per_sample_s", "s", "Σ T / Σ samples (a round trains I·Σ M·b, or I·N·B, samples)"),
         (
             "time_to_target_s",
             "s",
@@ -52,10 +53,10 @@ FIXED_METRICS = tuple(
 class RunRows:
     """What the figures of one run are computed from (its stored rows, in round order)."""
 
-    samples_per_microbatch: int  # b × I
+    training: TrainingConfig  # the run's training section (how many samples a round trains)
     latency_s: list[float] = field(default_factory=list)
     eval_loss: list[float | None] = field(default_factory=list)
-    microbatches: list[int] = field(default_factory=list)  # Σ_n M_n per round
+    samples: list[int] = field(default_factory=list)  # per round: I·Σ_n (M_n·b, or B)
     eval_metrics: list[dict[str, float]] = field(default_factory=list)
     compute_per_round: list[tuple[float, int]] = field(default_factory=list)  # (Σ_k compute_s, devices)
     peak_memory_bytes: float | None = None
@@ -80,7 +81,7 @@ def _final_eval(rows: RunRows) -> dict[str, float]:
 
 def run_figures(rows: RunRows, target_eval_loss: float | None) -> dict[str, float | None]:
     """Every figure of one run (None where its rows do not give it)."""
-    samples = rows.samples_per_microbatch * sum(rows.microbatches)
+    samples = sum(rows.samples)
     efficiency = [
         c / (n * t) for (c, n), t in zip(rows.compute_per_round, rows.latency_s, strict=False) if n and t
     ]
@@ -117,20 +118,20 @@ def metric_infos(names: Iterable[str]) -> list[MetricInfo]:
 
 
 def collect_rows(
-    runs: Iterable[tuple[int, int]],
+    runs: Iterable[tuple[int, TrainingConfig]],
     rounds: Iterable[Sequence[Any]],
     compute: Iterable[Sequence[Any]],
     memory: Iterable[Sequence[Any]],
     energy: Iterable[Sequence[Any]],
 ) -> dict[int, RunRows]:
     """Each run's rows from the study's query results (backend.studies.repository): ``runs`` gives
-    (run_id, b × I); the others are the repository's rows, first column the run id."""
-    found = {run_id: RunRows(per_microbatch) for run_id, per_microbatch in runs}
+    (run_id, its training section); the others are the repository's rows, first column the run id."""
+    found = {run_id: RunRows(training) for run_id, training in runs}
     for run_id, latency, loss, microbatches, metrics in rounds:
         rows = found[run_id]
         rows.latency_s.append(float(latency))
         rows.eval_loss.append(None if loss is None else float(loss))
-        rows.microbatches.append(sum(int(m) for m in microbatches or ()))
+        rows.samples.append(rows.training.samples_per_round(microbatches or ()))
         rows.eval_metrics.append(dict(metrics or {}))
     for run_id, compute_s, devices in compute:
         found[run_id].compute_per_round.append((float(compute_s), int(devices)))

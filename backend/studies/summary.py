@@ -25,6 +25,7 @@ from backend.studies.schemas import (
     StudyStatus,
 )
 from backend.studies.service import cell_label
+from collapipe_core.config import TrainingConfig
 from collapipe_core.intervals import mean_interval
 
 
@@ -116,7 +117,7 @@ def detail(
     head = repo.latest_event_id(session, study.id)  # first: what is read below is at least this new
     runs = repo.runs(session, study.id)
     rows = figures.collect_rows(
-        ((r.id, int(r[7]["microbatch_size"]) * int(r[7]["local_iterations"])) for r in runs),
+        ((r.id, TrainingConfig.model_validate(r[7])) for r in runs),
         repo.rounds(session, study.id),
         repo.device_totals_per_round(session, study.id),
         repo.device_memory_and_backlog(session, study.id),

@@ -6,14 +6,14 @@ executor adds one process per CU, device and edge server. Training runs in fp32 
 element) whatever ``model.bytes_per_element`` models for the devices.
 
 With P the model's parameters, N clusters, K devices per cluster, c the optimizer's copies of the
-parameters (0 sgd, 1 momentum, 2 AdamW), b the micro-batch size, L blocks and a a block's kept
-activations per sample (elements):
+parameters (0 sgd, 1 momentum, 2 AdamW), b the largest micro-batch (the fixed b, or B at M = 1), X the
+largest step (M_max·b, or B), L blocks and a a block's kept activations per sample (elements):
 
 - simulated:   R + 4·P·(3 + N + (N + 1)·c) + 4·b·L·a
   (the model, its gradients and the global weights; N cluster copies at FedAvg; each cluster's
   saved optimizer state and the live one; one micro-batch's activations through every block);
 - distributed: the simulated figure for the driver, plus N·(K + 2) ranks of R_rank each holding its
-  stage: + N·(K + 2)·R_rank + 4·N·P·(2 + c) + 4·N·b·L·a·M_max
+  stage: + N·(K + 2)·R_rank + 4·N·P·(2 + c) + 4·N·X·L·a
   (every micro-batch in flight, the GPipe bound).
 
 R and R_rank are the measured resident size of a run process and of a rank before it allocates its
@@ -37,17 +37,17 @@ def host_memory_bytes(config: ExperimentConfig, profile: ModelProfile) -> float:
     e = TRAINING_BYTES_PER_ELEMENT
     n, k = config.network.num_clusters, config.network.devices_per_cluster
     c = profile.optimizer_state_copies
-    b, blocks = config.training.microbatch_size, profile.num_blocks
+    t, blocks = config.training, profile.num_blocks
+    b, step = t.samples_per_microbatch(1), t.samples_per_step(config.scheduler.max_microbatches)
     activation_elements = profile.block_activation_bytes / profile.bytes_per_element
     params = float(profile.total_params)
     driver = RUN_PROCESS_BYTES + e * params * (3 + n + (n + 1) * c) + e * b * blocks * activation_elements
     if config.executor == "simulated":
         return driver
-    in_flight = config.scheduler.max_microbatches
     ranks = n * (k + 2)
     return (
         driver
         + ranks * RANK_PROCESS_BYTES
         + e * n * params * (2 + c)
-        + e * n * b * blocks * activation_elements * in_flight
+        + e * n * step * blocks * activation_elements
     )

@@ -179,15 +179,6 @@ def compute_order(
     return tuple(order)
 
 
-def gpipe_makespan(stages: Sequence[Stage], num_microbatches: int) -> float:
-    """Closed form: Σ_i F_i + (M−1)·max_i F_i + Σ_i B_i + (M−1)·max_i B_i over all stages."""
-    _validate(stages, num_microbatches)
-    forward = [s.forward_s for s in stages]
-    backward = [s.backward_s for s in stages]
-    extra = num_microbatches - 1
-    return math.fsum(forward) + extra * max(forward) + math.fsum(backward) + extra * max(backward)
-
-
 def _dependencies(op: _Op, last_pos: int) -> list[_Op]:
     """Data dependencies of an operation (resource order is added separately)."""
     pos, direction, mb = op

@@ -1,13 +1,14 @@
 """The ``simulated`` executor: trains the real split model in one process, exactly as the pipeline would.
 
 Per round and cluster n: load the global weights, cut the model by the cluster's segments δ, and run I
-local iterations; each iteration draws M·b samples of the cluster's shard (seeded by run seed, round,
-cluster and iteration), pushes M micro-batches of b through the stages (CU embedding → device
-segments → edge head) accumulating the gradient of the step's token-weighted loss (Σ loss terms of
-all M micro-batches / their number, :mod:`collapipe_core.models.losses`), and takes one optimizer
-step. The clusters' models are then averaged with FedAvg weighted by data size and evaluated on the
-held-out set. Each cluster keeps its own optimizer state across rounds. Timings, energy and memory
-are the cost model's. The squared gradient norms (per micro-batch and accumulated,
+local iterations; each iteration draws a step's samples of the cluster's shard (M·b, or the fixed
+batch B; seeded by run seed, round, cluster and iteration), pushes M micro-batches of b (or B/M) through
+the stages (CU embedding → device segments → edge head) accumulating the gradient of the step's
+token-weighted loss (Σ loss terms of all M micro-batches / their number,
+:mod:`collapipe_core.models.losses`: with a fixed batch the step's loss and gradient do not depend on M),
+and takes one optimizer step. The clusters' models are then averaged with FedAvg weighted by data size
+and evaluated on the held-out set. Each cluster keeps its own optimizer state across rounds. Timings,
+energy and memory are the cost model's. The squared gradient norms (per micro-batch and accumulated,
 :mod:`collapipe_core.pipeline.gradient_norms`) of the measured steps, local iterations 0, 2, 4, …
 (:func:`collapipe_core.gradient_noise.is_measured_iteration`), give the round's estimate of the
 gradient noise (:func:`collapipe_core.gradient_noise.estimate_round`).
@@ -83,7 +84,7 @@ class SimulatedExecutor:
         self.optimizer_states: list[dict[str, Any] | None] = [None] * len(bundle.shards)
 
     def execute(self, state: RoundState, decision: Decision) -> TrainingOutcome:
-        t, b = state.round_index, state.settings.microbatch_size
+        t, settings = state.round_index, state.settings
         cluster_states, losses = [], []
         norms: list[list[GradientNormSums]] = []  # per cluster, per measured local iteration
         for n, (shard, cluster) in enumerate(zip(self.bundle.shards, decision.clusters, strict=True)):
@@ -101,7 +102,9 @@ class SimulatedExecutor:
             with GradientNormProbe(self.model.parameters()) as probe:
                 for it in range(state.settings.local_iterations):
                     m, measured = cluster.num_microbatches, is_measured_iteration(it)
-                    idx = batch_indices(len(shard), m * b, (self.config.seed, t, n, it))
+                    idx = batch_indices(
+                        len(shard), settings.samples_per_step(m), (self.config.seed, t, n, it)
+                    )
                     src, tgt = shard.src[idx], shard.tgt[idx]
                     optimizer.zero_grad(set_to_none=True)
                     if measured:
@@ -110,7 +113,7 @@ class SimulatedExecutor:
                         stages, self.loss, src, source_mask(src, self.pad_id), tgt, m
                     )
                     if measured:
-                        norms[-1].append(probe.finish_step(m, b))
+                        norms[-1].append(probe.finish_step(m, settings.samples_per_microbatch(m)))
                     optimizer.step()
             losses.append(cluster_loss / state.settings.local_iterations)
             cluster_states.append(copy.deepcopy(self.model.state_dict()))

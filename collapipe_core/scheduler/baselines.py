@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from collapipe_core.costmodel.replicated import replicated_memory_bytes
+from collapipe_core.costmodel.problem import RoundProblem, build_problem
+from collapipe_core.costmodel.replicated import replicated_memory_bytes, step_samples
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray
+from collapipe_core.scheduler.arrays import IntArray
 from collapipe_core.scheduler.base import register
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem
 from collapipe_core.state import RoundState
 
 
@@ -60,13 +61,21 @@ class Fixed:
         return Decision.from_arrays(delta, beta, power, fixed_microbatches(state))
 
 
-def _fit_micro(pr: RoundProblem, micro: int) -> IntArray:
-    """Per cluster the largest M ≤ ``micro`` at which the available devices' memory holds the encoder
-    (1 if none does)."""
-    m = np.arange(1, max(micro, 1) + 1)[:, None]  # (M, 1)
-    fits = pr.memory_caps(m).sum(axis=2) >= pr.num_blocks  # (M, N)
-    out: IntArray = np.max(np.where(fits, m, 1), axis=0)
-    return out
+def _fit_micro(pr: RoundProblem, micro: IntArray | int) -> IntArray:
+    """Per cluster the M nearest ``micro`` (N,) at which the available devices' memory holds the encoder:
+    with a fixed micro-batch the largest M ≤ ``micro`` (1 if none fits: memory grows with M); with a fixed
+    batch the smallest choice ≥ ``micro`` (smaller micro-batches need less), else the largest below it, else
+    ``micro`` itself."""
+    want = np.broadcast_to(np.asarray(micro, dtype=np.int64), (pr.shape[0],))
+    m = pr.microbatch_choices[:, None]  # (C, 1)
+    fits = pr.memory_caps(m).sum(axis=2) >= pr.num_blocks  # (C, N)
+    below = np.max(np.where(fits & (m <= want), m, 0), axis=0)
+    if pr.batch_size is None:
+        out: IntArray = np.maximum(below, 1)
+        return out
+    above = np.min(np.where(fits & (m >= want), m, np.iinfo(np.int64).max), axis=0)
+    chosen = np.where(above < np.iinfo(np.int64).max, above, np.where(below > 0, below, want))
+    return np.asarray(chosen, dtype=np.int64)
 
 
 def proportional_split(num_blocks: int, weight: FloatArray, caps: IntArray) -> IntArray:
@@ -118,7 +127,7 @@ class RandomPolicy:
         pr = build_problem(state)
         rng = np.random.default_rng([state.settings.seed, 0x7A4D0, state.round_index])
         n, k = pr.shape
-        micro = np.minimum(rng.integers(1, pr.microbatch_limit + 1, n), _fit_micro(pr, pr.microbatch_limit))
+        micro = _fit_micro(pr, pr.microbatch_choices[rng.integers(0, pr.microbatch_choices.size, n)])
         caps = pr.memory_caps(micro)
         delta = np.zeros(pr.shape, dtype=np.int64)
         for c in range(n):
@@ -141,19 +150,19 @@ class FederatedLearning:
 
     def decide(self, state: RoundState) -> Decision:
         pr = build_problem(state)
-        prof, b = state.profile, state.settings.microbatch_size
         micro = fixed_microbatches(state)
-        # the most devices m such that the m with the most memory each hold the encoder and a share M·b/m
+        batch = float(step_samples(pr, micro))
+        # the most devices m such that the m with the most memory each hold the encoder and a batch share
         part = np.zeros(pr.shape, dtype=bool)
         for c in range(pr.shape[0]):
             order = [int(k) for k in np.argsort(-pr.memory_bytes[c], kind="stable") if pr.available[c, k]]
             for m in range(len(order), 0, -1):
-                if replicated_memory_bytes(state, micro * b / m) <= pr.memory_bytes[c, order[m - 1]]:
+                if replicated_memory_bytes(pr, batch / m) <= pr.memory_bytes[c, order[m - 1]]:
                     part[c, order[:m]] = True
                     break
             if not part[c].any() and order:  # nobody fits: the largest memory (shown as a violation)
                 part[c, order[0]] = True
-        delta = np.where(part, prof.num_blocks, 0)
+        delta = np.where(part, pr.num_blocks, 0)
         beta, power = equal_bandwidth_max_power(state, delta)
         return Decision.from_arrays(delta, beta, power, micro, mode="replicated")
 

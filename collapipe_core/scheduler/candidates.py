@@ -12,7 +12,7 @@
   state by its previous holders; the best few of each model (a local search around the DP's optimum,
   judged by the driver with links re-solved).
 - **Staying** (:func:`staying`): the previous round's placement, which moves no TEB. What a move costs
-  (its optimizer state's transfers, :func:`~collapipe_core.scheduler.problem.transfers`) depends on where
+  (its optimizer state's transfers, :func:`~collapipe_core.costmodel.closed_form.transfers`) depends on where
   the TEBs were, which the DP and the link models do not see; the driver scores every candidate with it.
 """
 
@@ -22,9 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collapipe_core.costmodel.closed_form import costs, latency_factor, transfers
+from collapipe_core.costmodel.problem import RoundProblem
 from collapipe_core.network import FloatArray
+from collapipe_core.scheduler.arrays import IntArray, indexed, joined
 from collapipe_core.scheduler.clusters import others_max
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, indexed, joined, transfers
 from collapipe_core.scheduler.segment_costs import LinkRows, bandwidth_price, current_links
 from collapipe_core.scheduler.segments import SegmentCosts, best_segments, segment_cost
 
@@ -62,18 +64,33 @@ class Candidates:
 
 
 def micro_candidates(pr: RoundProblem, micro: IntArray, explore: bool) -> tuple[IntArray, IntArray]:
-    """Candidate M of every cluster as rows (cluster (R,), M (R,)), each once: M and M ± 1, and when
-    ``explore`` also the grid up to M_max."""
-    limit = pr.microbatch_limit
-    grid = {m for m in MICRO_GRID if m <= limit} | {limit} if explore else set()
+    """Candidate M of every cluster as rows (cluster (R,), M (R,)), each once: M and its neighbours among
+    the choices of M (M ± 1 with a fixed micro-batch), and when ``explore`` also the grid up to M_max (with
+    a fixed batch, whose choices are the few divisors of B, every choice)."""
+    choices = pr.microbatch_choices.tolist()
+    limit = choices[-1]
+    if not explore:
+        grid: set[int] = set()
+    elif pr.batch_size is not None:
+        grid = set(choices)
+    else:
+        grid = {m for m in MICRO_GRID if m <= limit} | {limit}
     pairs = sorted(
         (c, m)
         for c in range(pr.shape[0])
-        for m in grid | {int(micro[c]) + i for i in (-1, 0, 1)}
-        if 1 <= m <= limit
+        for m in grid | set(neighbours(choices, int(micro[c])))
+        if m in choices
     )
     rows = np.array(pairs, dtype=np.int64).reshape(-1, 2)
     return rows[:, 0], rows[:, 1]
+
+
+def neighbours(choices: list[int], micro: int) -> tuple[int, ...]:
+    """M and the choices next to it (M − 1, M, M + 1 with a fixed micro-batch)."""
+    if micro not in choices:
+        return (micro,)
+    i = choices.index(micro)
+    return tuple(choices[max(i - 1, 0) : i + 2])
 
 
 def segment_step(
@@ -95,7 +112,7 @@ def segment_step(
         c, m = every if s.every_micro else (np.arange(n), micro)
         sets.append((c, m, s.pipeline_weight[c], s.gather_weight[c]))
     cluster, m_rows, w, v = (np.concatenate(x) for x in zip(*sets, strict=True))
-    factor = pr.latency_factor(m_rows + micro.sum() - micro[cluster])  # the penalty's weight of T, ÷ V
+    factor = latency_factor(pr, m_rows + micro.sum() - micro[cluster])  # the penalty's weight of T, ÷ V
     gather = costs(pr, delta, micro, pr.time_per_bit(beta, power), power).gather_s
     floor = others_max(gather)[cluster]  # Γ_f: the other clusters' largest gather time (−∞: none)
     rows, on = pr.rows(cluster), delta[cluster] > 0  # unscheduled devices: a share 1/(m + 1) at p_max
@@ -150,7 +167,7 @@ def best_moves(
     if pr.previous is not None:  # without a previous placement no TEB has a holder to upload it
         rows = pr.rows(owner)
         upload, energy = transfers(rows, moved, np.zeros(moved.shape))  # the senders' part: no download
-        weight = pr.V * pr.latency_factor(micro.sum())
+        weight = pr.V * latency_factor(pr, micro.sum())
         unseen = weight * (upload - pr.upload_s) + np.sum(rows.queues * energy, axis=1)
     parts = []
     for data in models:

@@ -8,7 +8,7 @@ pipeline and gather times its links minimise w_n·V·(R_n + I·T^pipe_n) + v_n·
 step, rows of single clusters); at the joint optimum the weights of the clusters at each maximum sum to one
 and the others' are zero. Each cluster's links are solved for every pair (w, v) of a menu, then
 :func:`select` chooses one option per cluster to minimise J
-(:func:`~collapipe_core.scheduler.problem.round_objective`): when (W·N)³ ≤ 4,000,000 by enumerating the
+(:func:`~collapipe_core.costmodel.closed_form.round_objective`): when (W·N)³ ≤ 4,000,000 by enumerating the
 levels (Π̄, Ā) of the two maxima among the options' values (under a level pair each cluster takes its
 cheapest option within both: exact when every option has the same M, else with a few prices of a
 micro-batch); beyond, the better of the levels nearest the lowest feasible ones and
@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from collapipe_core.costmodel.closed_form import costs, latency_factor, round_objective
+from collapipe_core.costmodel.problem import RoundProblem
 from collapipe_core.network import FloatArray
+from collapipe_core.scheduler.arrays import IntArray, quiet
 from collapipe_core.scheduler.links import allocate
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, costs, quiet, round_objective
 
 WEIGHTS = (1.0, 0.5, 0.25, 0.1, 0.03, 0.0)
 LEVELS_LIMIT = 4_000_000  # (levels² · options) elements of the level search over every level
@@ -51,7 +53,7 @@ class LinkCache:
     ) -> tuple[FloatArray, FloatArray]:
         """β, p (R, K) for rows: cluster (R,), δ (R, K), M, w, v (R,) in solutions training Σ M micro-batches
         (``total_micro`` (R,)): w and v are scaled by the penalty's weight of the latency there."""
-        factor = self.problem.latency_factor(total_micro)
+        factor = latency_factor(self.problem, total_micro)
         w, v = pipeline_weight * factor, gather_weight * factor
         columns = np.column_stack([cluster, micro, w, v, np.full(cluster.shape, rounds), delta])
         keys = [row.tobytes() for row in columns.astype(np.float64)]

@@ -41,20 +41,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from collapipe_core.costmodel.closed_form import costs, round_objective
+from collapipe_core.costmodel.problem import RoundProblem, build_problem
 from collapipe_core.decision import Decision
 from collapipe_core.network import FloatArray, device_id
+from collapipe_core.scheduler.arrays import IntArray, quiet
 from collapipe_core.scheduler.base import register
 from collapipe_core.scheduler.candidates import RowSet, Solution, Weights, candidates, segment_step
 from collapipe_core.scheduler.clusters import WEIGHTS, LinkCache, coupled_links, others_max, select
 from collapipe_core.scheduler.microbatches import best_microbatches
-from collapipe_core.scheduler.problem import (
-    IntArray,
-    RoundProblem,
-    build_problem,
-    costs,
-    quiet,
-    round_objective,
-)
 from collapipe_core.state import RoundState
 
 TOLERANCE = 1e-5  # a pass (or a step of the final M ± 1 search) must lower J by more than this, relative
@@ -101,12 +96,17 @@ def _micro_plus_minus_one(
     """M_n ± 1 of one cluster at a time with every cluster's links coupled again, while that lowers J: the
     joint change of M and links that the steps, each fixing the other, cannot make (a cluster that takes one
     more micro-batch becomes the bottleneck, and the others then slow their links to save energy)."""
+    choices = pr.microbatch_choices
     for _ in range(MAX_PASSES):
         delta, micro = solution[0], solution[1]
-        limit = np.minimum(pr.memory_limit(delta), pr.microbatch_limit)
+        fits = pr.memory_fits(delta)  # (N, C)
+        index = np.searchsorted(choices, micro)  # each cluster's M among the choices
         one = np.eye(pr.shape[0], dtype=np.int64)
-        micros = micro + np.concatenate([one, -one])  # M_n + 1, then M_n − 1, of each cluster n
-        micros = micros[np.all((micros >= 1) & (micros <= limit), axis=1)]
+        steps = index + np.concatenate([one, -one])  # the next choice of M_n, then the previous one
+        inside = np.all((steps >= 0) & (steps < choices.size), axis=1)
+        steps = steps[inside]
+        micros = choices[steps]
+        micros = micros[np.all(fits[np.arange(pr.shape[0]), steps], axis=1)]
         if micros.shape[0] == 0:
             break
         deltas = np.repeat(delta[None], micros.shape[0], axis=0)
@@ -258,8 +258,7 @@ def objective(pr: RoundProblem, solution: Solution) -> float:
 
 def _micro_step(pr: RoundProblem, delta: IntArray, beta: FloatArray, power: FloatArray) -> IntArray:
     """The exact joint M (S, N) for fixed δ, β, p (S, N, K)."""
-    limit = np.maximum(np.minimum(pr.memory_limit(delta), pr.microbatch_limit), 1)
-    return best_microbatches(pr, delta, pr.time_per_bit(beta, power), power, limit)
+    return best_microbatches(pr, delta, pr.time_per_bit(beta, power), power, pr.memory_fits(delta))
 
 
 def _start(pr: RoundProblem) -> tuple[IntArray, IntArray]:
@@ -278,8 +277,8 @@ def _start(pr: RoundProblem) -> tuple[IntArray, IntArray]:
 
 
 def _fallback(pr: RoundProblem) -> IntArray:
-    """A placement that fits in memory at M = 1: the largest caps first, per cluster."""
-    caps = pr.memory_caps(np.ones(pr.shape[0]))
+    """A placement that fits in memory at the M that needs the least: the largest caps first, per cluster."""
+    caps = pr.memory_caps(np.full(pr.shape[0], pr.lightest_micro))
     order = np.argsort(-caps, axis=1, kind="stable")
     room = np.take_along_axis(caps, order, axis=1)
     delta = np.zeros(pr.shape, dtype=np.int64)
@@ -293,20 +292,25 @@ class NoPlacementFits(ValueError):
 
 
 def check_memory(pr: RoundProblem) -> None:
-    """Refuse a round where some cluster cannot hold the encoder even with one micro-batch."""
-    caps = pr.memory_caps(np.ones(pr.shape[0]))
-    per_block = pr.block_state_bytes + pr.activation_bytes
+    """Refuse a round where some cluster cannot hold the encoder at any M (the M that needs the least
+    memory: one micro-batch when it holds b samples, the most when they split a fixed batch)."""
+    choices = pr.microbatch_choices
+    caps = pr.memory_caps(choices[:, None])  # (C, N, K)
+    lightest = np.argmax(caps.sum(axis=2), axis=0)  # (N,) the choice of M holding the most TEBs
     lines = []
-    for n in np.flatnonzero(caps.sum(axis=1) < pr.num_blocks).tolist():
-        held = int(caps[n].sum())
+    for n in np.flatnonzero(caps.sum(axis=2).max(axis=0) < pr.num_blocks).tolist():
+        m = int(choices[lightest[n]])
+        held, fit = int(caps[lightest[n], n].sum()), caps[lightest[n], n]
+        per_block = float(np.max(pr.memory_line(np.full(pr.shape[0], m))[1][n]))
         missing = pr.num_blocks - held
         devices = ", ".join(
-            f"{device_id(n, k)} fits {caps[n, k]} "
+            f"{device_id(n, k)} fits {fit[k]} "
             f"({f'{pr.memory_bytes[n, k] / 2**20:.1f} MiB' if pr.available[n, k] else 'unavailable'})"
             for k in range(pr.shape[1])
         )
         lines.append(
-            f"cluster {n}: its devices hold {held} of {pr.num_blocks} TEBs even at M = 1 ({devices}); short "
+            f"cluster {n}: its devices hold {held} of {pr.num_blocks} TEBs even at M = {m} ({devices}); "
+            "short "
             f"by {missing} TEB(s) = {missing * per_block:.0f} bytes ({missing * per_block / 2**20:.2f} MiB "
             f"at {per_block / 2**20:.2f} MiB per TEB, plus {pr.overhead_bytes / 2**20:.0f} MiB runtime on "
             "each device)"

@@ -48,8 +48,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collapipe_core.costmodel.closed_form import moved_blocks
+from collapipe_core.costmodel.problem import RoundProblem
 from collapipe_core.network import BoolArray, FloatArray
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, indexed, moved_blocks, quiet, take_last
+from collapipe_core.scheduler.arrays import IntArray, indexed, quiet, take_last
 
 PRICES = 3
 NEWTON_STEPS = 40
@@ -64,8 +66,9 @@ class LinkTerms:
     c1: FloatArray  # weight of the stage maxima
     c2: FloatArray  # weight of the gather maximum
     download: FloatArray  # weight of the redistribution's download B·z2 (the cluster's pipeline weight × V)
-    stage_f: FloatArray  # c^F
-    stage_b: FloatArray  # c^B
+    stage_f: FloatArray  # c^F (− τ: the link stage is P·z1 + τ)
+    stage_b: FloatArray  # c^B (− τ)
+    p_bits: FloatArray  # P: the payload of a micro-batch at the row's M
 
 
 def link_terms(
@@ -75,15 +78,24 @@ def link_terms(
     pipeline_weight: FloatArray,
     gather_weight: FloatArray,
 ) -> LinkTerms:
-    """The terms of rows δ (R, K) of problem ``pr`` (device arrays (R, K)), M, w, v (R,)."""
-    x = np.max(np.where(delta > 0, delta * pr.compute_s, 0.0), axis=-1)
+    """The terms of rows δ (R, K) of problem ``pr`` (device arrays (R, K)), M, w, v (R,). The link latency
+    τ adds a constant to the stage maxima (max(c, P·z1 + τ) = τ + max(c − τ, P·z1)) and to Σ_k u_k's term:
+    constants of a row, left out."""
+    mc = pr.micro_costs(micro)
+    x = np.max(np.where(delta > 0, delta * mc.compute_s, 0.0), axis=-1)
+    stage_f = np.maximum(mc.chain_max_forward_s, x)
+    stage_b = np.maximum(mc.chain_max_backward_s, pr.backward_ratio * x)
+    if pr.link_latency_s:
+        stage_f = np.maximum(stage_f - pr.link_latency_s, 0.0)
+        stage_b = np.maximum(stage_b - pr.link_latency_s, 0.0)
     return LinkTerms(
-        a=2.0 * pipeline_weight * pr.V * pr.iterations * pr.payload_bits,
+        a=2.0 * pipeline_weight * pr.V * pr.iterations * mc.payload_bits,
         c1=pipeline_weight * pr.V * pr.iterations * (micro - 1.0),
         c2=gather_weight * pr.V,
         download=pipeline_weight * pr.V,
-        stage_f=np.maximum(pr.chain_max_forward_s, x),
-        stage_b=np.maximum(pr.chain_max_backward_s, 2.0 * x),
+        stage_f=stage_f,
+        stage_b=stage_b,
+        p_bits=np.broadcast_to(np.asarray(mc.payload_bits, dtype=np.float64), micro.shape),
     )
 
 
@@ -127,7 +139,7 @@ def allocate(
     reach = delta + into * (pr.optimizer_bits / pr.block_bits)
     d = delta.astype(np.float64)
     on = d > 0
-    bits = 2.0 * pr.iterations * m[:, None] * pr.payload_bits + d * pr.block_bits
+    bits = 2.0 * pr.iterations * m[:, None] * terms.p_bits[:, None] + d * pr.block_bits
     weight = np.where(on, pr.queues * bits * pr.noise_w_per_hz / pr.gain, 0.0)
     pi = pr.max_power_w * pr.gain / (pr.bandwidth_hz * pr.noise_w_per_hz)  # SNR at p_max on the whole band
     lp = _Rows(pr, terms, d, np.where(on, pi, 0.0), weight, reach)
@@ -205,7 +217,7 @@ def _trial(
     tangent = pr.bandwidth_hz * (ell - x / ((1.0 + x) * np.log(2.0)))
     slope = np.where(on, np.where(at_max, tangent, pr.bandwidth_hz * ell), 1.0)
     intercept = np.where(at_max, beta * pr.bandwidth_hz * ell - tangent * beta, 0.0)
-    new_beta, bracket = bandwidth_step(lp.terms, delta, intercept, slope, pr.payload_bits, pr.block_bits)
+    new_beta, bracket = bandwidth_step(lp.terms, delta, intercept, slope, pr.block_bits)
     new_limit = _snr_limit(lp.pi, new_beta)
     new_x = np.minimum(np.where(at_max, new_limit, x), new_limit)
     return new_beta, new_x, slope, bracket, score(lp, new_beta, new_x)
@@ -219,7 +231,7 @@ def score(lp: _Rows, beta: FloatArray, x: FloatArray) -> FloatArray:
     ell = np.log2(1.0 + np.maximum(x, 1e-300))
     u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * ell), 0.0)
     energy = np.sum(np.where(on, lp.weight * x / ell, 0.0), axis=-1)
-    value = latency_cost(lp.terms, lp.delta, u, pr.payload_bits, pr.block_bits, lp.reach) + energy
+    value = latency_cost(lp.terms, lp.delta, u, pr.block_bits, lp.reach) + energy
     out: FloatArray = np.where(np.isfinite(value), value, np.inf)
     return out
 
@@ -228,7 +240,6 @@ def latency_cost(
     terms: LinkTerms,
     delta: FloatArray,
     u: FloatArray,
-    p_bits: float,
     b_bits: float,
     reach: FloatArray | None = None,
 ) -> FloatArray:
@@ -237,7 +248,7 @@ def latency_cost(
     z1 = np.max(u, axis=-1)
     z2 = np.max(delta * u, axis=-1)
     z2_down = z2 if reach is None else np.max(reach * u, axis=-1)
-    link = p_bits * z1
+    link = terms.p_bits * z1
     value: FloatArray = (
         terms.a * np.sum(u, axis=-1)
         + terms.c1 * (np.maximum(terms.stage_f, link) + np.maximum(terms.stage_b, link))
@@ -284,7 +295,6 @@ def bandwidth_step(
     delta: FloatArray | IntArray,
     intercept: FloatArray,
     slope: FloatArray,
-    p_bits: float,
     b_bits: float,
 ) -> tuple[FloatArray, FloatArray]:
     """Exact β (R, K) for the rate model r_k = c_k + d_k·β_k and the price range [μ_lo, μ_hi] (R, 2).
@@ -300,10 +310,10 @@ def bandwidth_step(
     d = np.where(on, delta, 1.0)
     zeta = np.where(on, 1.0 / slope, 0.0)
     zn = zeta / (1.0 + np.sum(np.where(on, intercept * zeta, 0.0), axis=-1, keepdims=True))
-    free, fixed = _structures(terms, on, d, zeta, p_bits, b_bits)  # (R, C, K)
+    free, fixed = _structures(terms, on, d, zeta, b_bits)  # (R, C, K)
     u, s = _normalise(zn[:, None, :], on[:, None, :], free, fixed)
     uu = np.where(on[:, None, :], u, 0.0)
-    cost = latency_cost(indexed(terms, (slice(None), None)), d[:, None, :], uu, p_bits, b_bits)
+    cost = latency_cost(indexed(terms, (slice(None), None)), d[:, None, :], uu, b_bits)
     cost = np.where(np.all(np.isfinite(uu), axis=-1) & ~np.isnan(cost), cost, np.inf)
     best = np.argmin(cost, axis=1)
     rows = np.arange(rows_count)
@@ -320,7 +330,7 @@ def bandwidth_step(
 
 
 def _structures(
-    terms: LinkTerms, on: BoolArray, d: FloatArray, zeta: FloatArray, p_bits: float, b_bits: float
+    terms: LinkTerms, on: BoolArray, d: FloatArray, zeta: FloatArray, b_bits: float
 ) -> tuple[FloatArray, FloatArray]:
     """Free factors c_k and fixed bounds F_k (R, C, K) of every KKT structure (∞: none).
 
@@ -331,11 +341,12 @@ def _structures(
     term has no target of that kind free (κ = ∞); its structures at a kink are feasible candidates that
     cost no less than the optimum."""
     rows, k = on.shape
+    p_bits = terms.p_bits
     link_slope, gather_slope = terms.c1 * p_bits, (terms.c2 + terms.download) * b_bits
     a = terms.a + 1e-12 * (link_slope + gather_slope) + 1e-300
     interior = np.where(on, np.sqrt(zeta / a[:, None]), np.inf)
     inf = np.inf
-    kink1 = np.stack([terms.stage_f, terms.stage_b], axis=1) / p_bits  # (R, 2)
+    kink1 = np.stack([terms.stage_f, terms.stage_b], axis=1) / p_bits[:, None]  # (R, 2)
     threshold = np.concatenate([np.zeros((rows, 1)), np.where(on, d, np.inf)], axis=1)  # (R, J)
     below = on[:, None, :] & (d[:, None, :] <= threshold[:, :, None])  # (R, J, K)
     inv_d = (1.0 / d)[:, None, :]

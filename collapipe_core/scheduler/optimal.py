@@ -25,12 +25,13 @@ import math
 
 import numpy as np
 
-from collapipe_core.costmodel.evaluate import device_memory_bytes, in_flight_microbatches
+from collapipe_core.costmodel.closed_form import costs, penalty
+from collapipe_core.costmodel.problem import RoundProblem, build_problem
 from collapipe_core.decision import Decision
 from collapipe_core.network import BoolArray, FloatArray
+from collapipe_core.scheduler.arrays import IntArray
 from collapipe_core.scheduler.base import register
 from collapipe_core.scheduler.optimal_links import solve_links
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, build_problem, costs, penalty
 from collapipe_core.state import RoundState
 
 MAX_CANDIDATES = 450_000  # 8 devices × 12 TEBs × 8 micro-batches (403,200) fit: 2–10 s measured
@@ -58,20 +59,10 @@ def cluster_candidates(problem: RoundProblem, cluster: int) -> tuple[IntArray, I
     delta = compositions(pr.num_blocks, pr.available[cluster])
     if delta.shape[0] == 0:
         return delta, np.zeros(0, dtype=np.int64)
-    micro = np.arange(1, pr.microbatch_limit + 1, dtype=np.int64)
+    micro = pr.microbatch_choices
+    fits = pr.rows(np.array([cluster])).memory_fits(delta[:, None, :])[:, 0].reshape(-1)  # (C·choices,)
     d = np.repeat(delta, micro.size, axis=0)
     m = np.tile(micro, delta.shape[0])
-    in_flight = in_flight_microbatches(d, m, pr.schedule)
-    memory = device_memory_bytes(
-        d,
-        in_flight,
-        m[:, None],
-        pr.block_state_bytes,
-        pr.activation_bytes,
-        pr.buffer_bytes,
-        pr.overhead_bytes,
-    )
-    fits = np.all((d == 0) | (memory <= pr.memory_bytes[cluster]), axis=1)
     return d[fits], m[fits]
 
 
@@ -168,23 +159,26 @@ def _cluster_bounds(
     sum_u = _sum_inverse_bound(c, d, sched)
     max_u = 1.0 / _equalised_rate(c, d, np.ones_like(c), sched)
     max_gather = 1.0 / _equalised_rate(c, d, np.where(sched, delta, 1.0).astype(np.float64), sched)
-    x = delta * pr.compute_s[n]
-    c_f = np.maximum(pr.chain_max_forward_s, np.max(np.where(sched, x, 0.0), axis=1))
-    c_b = np.maximum(pr.chain_max_backward_s, np.max(np.where(sched, 2 * x, 0.0), axis=1))
-    link = pr.payload_bits * max_u
+    rows = pr.rows(np.full(delta.shape[0], n))
+    mc = rows.micro_costs(micro)
+    p_bits, tau, rho = np.asarray(mc.payload_bits), pr.link_latency_s, pr.backward_ratio
+    x = delta * mc.compute_s
+    c_f = np.maximum(mc.chain_max_forward_s, np.max(np.where(sched, x, 0.0), axis=1))
+    c_b = np.maximum(mc.chain_max_backward_s, np.max(np.where(sched, rho * x, 0.0), axis=1))
+    link = p_bits * max_u + tau
     pipe = (
-        pr.chain_sum_s
-        + np.sum(np.where(sched, 3 * x, 0.0), axis=1)
-        + 2 * pr.payload_bits * sum_u
+        mc.chain_sum_s
+        + np.sum(np.where(sched, (1 + rho) * x + 2 * tau, 0.0), axis=1)
+        + 2 * p_bits * sum_u
         + (m - 1) * (np.maximum(c_f, link) + np.maximum(c_b, link))
     )
-    bits = 2.0 * pr.iterations * m[:, None] * pr.payload_bits + delta * pr.block_bits
+    bits = 2.0 * pr.iterations * m[:, None] * p_bits[..., None] + delta * pr.block_bits
     energy = np.where(
         sched,
-        m[:, None] * delta * pr.compute_energy_j[n] + bits * pr.noise_w_per_hz * np.log(2.0) / pr.gain[n],
+        m[:, None] * delta * mc.compute_energy_j + bits * pr.noise_w_per_hz * np.log(2.0) / pr.gain[n],
         0.0,
     )
-    gather = pr.block_bits * max_gather
+    gather = pr.block_bits * max_gather + tau
     return pr.upload_s + gather + pr.iterations * pipe, gather, np.sum(pr.queues[n] * energy, axis=1)
 
 

@@ -31,8 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collapipe_core.costmodel.closed_form import penalty, redistribution
+from collapipe_core.costmodel.problem import RoundProblem
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, moved_blocks, penalty
+from collapipe_core.scheduler.arrays import IntArray
 
 _LN2 = float(np.log(2.0))
 _STEPS = 0.5 ** np.arange(24.0)
@@ -52,6 +54,8 @@ class _System:
     on: FloatArray  # (C, N·K) 1 where scheduled
     staged: FloatArray  # (C, N) 1 where M > 1 (else z^F, z^B and their rows are inactive)
     delta: FloatArray  # (C, N·K)
+    payload: FloatArray  # (C, N·K) P: the payload of a micro-batch of the device's cluster at its M
+    payload_n: FloatArray  # (C, N) the same per cluster
     download: FloatArray  # (C, N·K) δ·B + in·B_opt
     energy_weight: FloatArray  # (C, N·K) Q·bits·N0/h
     log_pi: FloatArray  # (N·K,)
@@ -110,16 +114,22 @@ def _system(pr: RoundProblem, delta: IntArray, micro: IntArray) -> _System:
     nk = n * k
     sched = delta > 0
     m = micro.astype(np.float64)
-    x = delta * pr.compute_s
-    bits = 2.0 * pr.iterations * m[..., None] * pr.payload_bits + delta * pr.block_bits
+    mc = pr.micro_costs(micro)
+    p_bits = np.broadcast_to(np.asarray(mc.payload_bits, dtype=np.float64), (c_count, n))
+    tau, rho = pr.link_latency_s, pr.backward_ratio
+    x = delta * mc.compute_s
+    bits = 2.0 * pr.iterations * m[..., None] * p_bits[..., None] + delta * pr.block_bits
     compute_energy = np.sum(
-        pr.queues * np.where(sched, m[..., None] * delta * pr.compute_energy_j, 0.0), axis=(1, 2)
+        pr.queues * np.where(sched, m[..., None] * delta * mc.compute_energy_j, 0.0), axis=(1, 2)
     )
     total = m.sum(axis=1)
     # penalty(T, ΣM) is affine in T at a fixed M: weight · T + its value at T = 0
     at_zero = penalty(pr, np.zeros(c_count), total)
     weight = penalty(pr, np.ones(c_count), total) - at_zero
     into, held = transfers_of(pr, delta)
+    # τ: the link stages are P·u + τ, so z^F, z^B stand for the stage maxima less τ; every transfer's τ
+    # (two per scheduled device and micro-batch, and the stage maxima's) is a constant of the candidate
+    stage_tau = 2.0 * tau * pr.iterations * (np.sum(sched, axis=2) + m - 1.0)
     on = sched.reshape(c_count, nk).astype(np.float64)
     staged = (micro > 1).astype(np.float64)
     staged_dev = np.repeat(staged, k, axis=1)
@@ -134,15 +144,19 @@ def _system(pr: RoundProblem, delta: IntArray, micro: IntArray) -> _System:
         on=on,
         staged=staged,
         delta=delta.reshape(c_count, nk).astype(np.float64),
+        payload=np.repeat(p_bits, k, axis=1),
+        payload_n=p_bits,
         download=(delta * pr.block_bits + into * pr.optimizer_bits).reshape(c_count, nk),
         energy_weight=(pr.queues * bits * pr.noise_w_per_hz / pr.gain).reshape(c_count, nk),
         log_pi=np.log(pr.max_power_w * pr.gain / (pr.bandwidth_hz * pr.noise_w_per_hz)).reshape(nk),
-        c_f=np.maximum(pr.chain_max_forward_s, np.max(np.where(sched, x, 0.0), axis=2)),
-        c_b=np.maximum(pr.chain_max_backward_s, np.max(np.where(sched, 2 * x, 0.0), axis=2)),
-        pipe_const=held[0] + pr.iterations * (pr.chain_sum_s + np.sum(np.where(sched, 3 * x, 0.0), axis=2)),
+        c_f=np.maximum(mc.chain_max_forward_s, np.max(np.where(sched, x, 0.0), axis=2)) - tau,
+        c_b=np.maximum(mc.chain_max_backward_s, np.max(np.where(sched, rho * x, 0.0), axis=2)) - tau,
+        pipe_const=held[0]
+        + pr.iterations * (mc.chain_sum_s + np.sum(np.where(sched, (1 + rho) * x, 0.0), axis=2))
+        + stage_tau,
         pipe_slope=pr.iterations * (m - 1.0),
         latency_weight=weight,
-        constant=weight * pr.upload_s + at_zero + compute_energy + held[1],
+        constant=weight * (pr.upload_s + tau) + at_zero + compute_energy + held[1],
         row_mask=row_mask,
         frozen=frozen,
     )
@@ -181,11 +195,11 @@ def _values(pr: RoundProblem, sys: _System, v: FloatArray) -> tuple[FloatArray, 
     zf_dev, zb_dev = np.repeat(zf, k, axis=1), np.repeat(zb, k, axis=1)
     su = u.reshape(c_count, n, k).sum(axis=2)
     es = (np.exp(s) * sys.on).reshape(c_count, n, k).sum(axis=2)
-    pipe = sys.pipe_const + down + pr.iterations * 2 * pr.payload_bits * su + sys.pipe_slope * (zf + zb)
+    pipe = sys.pipe_const + down + pr.iterations * 2 * sys.payload_n * su + sys.pipe_slope * (zf + zb)
     raw = np.concatenate(
         [
-            pr.payload_bits * u - zf_dev,
-            pr.payload_bits * u - zb_dev,
+            sys.payload * u - zf_dev,
+            sys.payload * u - zb_dev,
             sys.delta * pr.block_bits * u - gamma[:, None],
             s + t - sys.log_pi,
             sys.c_f - zf,
@@ -221,13 +235,13 @@ def _start(pr: RoundProblem, sys: _System) -> FloatArray:
     s = np.where(sys.on > 0, np.log(0.5 / np.maximum(count, 1.0)), 0.0)
     t = np.where(sys.on > 0, sys.log_pi - s - 1.0, 0.0)
     u = _link_terms(pr, s, t)[0] * sys.on
-    link = (pr.payload_bits * u).reshape(c_count, n, k).max(axis=2)
+    link = (sys.payload * u).reshape(c_count, n, k).max(axis=2)
     zf = 1.5 * np.maximum(link, sys.c_f) + 1e-12
     zb = 1.5 * np.maximum(link, sys.c_b) + 1e-12
     gamma = 1.5 * np.max(sys.delta * pr.block_bits * u, axis=1) + 1e-12
     down = 1.5 * (sys.download * u).reshape(c_count, n, k).max(axis=2) + 1e-12
     su = u.reshape(c_count, n, k).sum(axis=2)
-    pipe = sys.pipe_const + down + pr.iterations * 2 * pr.payload_bits * su + sys.pipe_slope * (zf + zb)
+    pipe = sys.pipe_const + down + pr.iterations * 2 * sys.payload_n * su + sys.pipe_slope * (zf + zb)
     pi = 1.5 * np.max(pipe, axis=1) + 1e-12
     return np.concatenate([s, t, zf, zb, down, gamma[:, None], pi[:, None]], axis=1)
 
@@ -283,10 +297,10 @@ def _derivatives(
         dim - 1,
     )
     last = 4 * nk + 4 * n  # the download rows
-    pipe_coef = pr.iterations * 2 * pr.payload_bits
+    pipe_coef = pr.iterations * 2 * sys.payload
     for first, coef, z_col in (
-        (0, pr.payload_bits, zfi),
-        (nk, pr.payload_bits, zbi),
+        (0, sys.payload, zfi),
+        (nk, sys.payload, zbi),
         (2 * nk, sys.delta * pr.block_bits, gi),
         (last, sys.download, di),
     ):
@@ -314,8 +328,8 @@ def _derivatives(
     hess = np.matmul(jac.transpose(0, 2, 1) * (w * w)[:, None, :], jac)
     # second derivatives live in each device's (s, t) block: Σ_rows w·coef·∇²u, the bandwidth row, f0
     wu = (
-        w[:, :nk] * pr.payload_bits
-        + w[:, nk : 2 * nk] * pr.payload_bits
+        w[:, :nk] * sys.payload
+        + w[:, nk : 2 * nk] * sys.payload
         + w[:, 2 * nk : 3 * nk] * sys.delta * pr.block_bits
         + w[:, base + 2 * n + cl] * pipe_coef
         + w[:, last : last + nk] * sys.download
@@ -334,10 +348,7 @@ def _derivatives(
 
 def transfers_of(pr: RoundProblem, delta: IntArray) -> tuple[FloatArray, tuple[FloatArray, FloatArray]]:
     """For δ (C, N, K): in_k (C, N, K) and the redistribution's parts the links do not change: R^0_n (C, N)
-    and the queue-weighted upload energy of moved optimizer state (C,)."""
-    into, out = moved_blocks(pr, delta)
-    if pr.previous is None:
-        return into, (np.full(delta.shape[:2], pr.upload_s), np.zeros(delta.shape[0]))
-    sent = np.where(out > 0, out * pr.optimizer_bits * pr.previous.time_per_bit, 0.0)
-    energy = np.sum(pr.queues * pr.previous.power_w * sent, axis=(1, 2))
-    return into, (pr.upload_s + sent.max(axis=2), energy)
+    (with the download's τ) and the queue-weighted upload energy of moved optimizer state (C,)."""
+    moves = redistribution(pr, delta, np.zeros(delta.shape))
+    energy = np.sum(pr.queues * moves.upload_energy_j, axis=(1, 2))
+    return moves.moved_in, (moves.latency_s, energy)

@@ -34,9 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collapipe_core.costmodel.problem import RoundProblem
 from collapipe_core.network import FloatArray
+from collapipe_core.scheduler.arrays import IntArray, quiet
 from collapipe_core.scheduler.links import bandwidth_step, link_terms, solve_foc
-from collapipe_core.scheduler.problem import IntArray, RoundProblem, quiet
 from collapipe_core.scheduler.segments import SegmentCosts
 
 CAP_STEPS = 30
@@ -62,26 +63,35 @@ class LinkRows:
 def current_links(rows: LinkRows) -> SegmentCosts:
     """The segment data of ``rows`` under their current links."""
     pr, micro, beta, power, w, v = rows.pr, rows.micro, rows.beta, rows.power, rows.w, rows.v
+    mc = pr.micro_costs(micro)
     u = pr.time_per_bit(beta, power)
     u = np.where(np.isfinite(u), u, 1e30)
     m = micro.astype(np.float64)[:, None]
-    it, p_bits, b_bits = pr.iterations, pr.payload_bits, pr.block_bits
+    it, p_bits, b_bits, tau = (
+        pr.iterations,
+        np.asarray(mc.payload_bits)[..., None],
+        pr.block_bits,
+        pr.link_latency_s,
+    )
     d = np.arange(1, pr.num_blocks + 1, dtype=np.float64)
     fixed = w[:, None] * pr.V * it * 2 * p_bits * u + pr.queues * power * u * 2 * it * m * p_bits
-    per_block = w[:, None] * pr.V * it * 3 * pr.compute_s + pr.queues * (
-        m * pr.compute_energy_j + power * u * b_bits
+    if tau:  # each scheduled device's two transfers per micro-batch wait τ each
+        fixed = fixed + w[:, None] * pr.V * it * 2 * tau
+    per_block = w[:, None] * pr.V * it * (1 + pr.backward_ratio) * mc.compute_s + pr.queues * (
+        m * mc.compute_energy_j + power * u * b_bits
     )
     return SegmentCosts(
         cost=fixed[..., None] + per_block[..., None] * d,
         gather_s=(b_bits * u)[..., None] * d,
         caps=pr.memory_caps(micro),
-        compute_s=pr.compute_s,
-        link_s=p_bits * u,
+        compute_s=np.broadcast_to(mc.compute_s, u.shape),
+        link_s=p_bits * u + tau,
+        backward_ratio=np.full(micro.size, pr.backward_ratio),
         c1=w * pr.V * it * (m[:, 0] - 1.0),
         c2=v * pr.V,
         c3=w * pr.V,
-        stage_f=np.full(micro.size, pr.chain_max_forward_s),
-        stage_b=np.full(micro.size, pr.chain_max_backward_s),
+        stage_f=np.broadcast_to(mc.chain_max_forward_s, micro.shape),
+        stage_b=np.broadcast_to(mc.chain_max_backward_s, micro.shape),
         gather_floor=rows.floor,
         constant=np.zeros(micro.size),
     )
@@ -98,11 +108,11 @@ def bandwidth_price(rows: LinkRows) -> SegmentCosts:
     zeta = 1.0 / (pr.bandwidth_hz * np.log2(1.0 + np.maximum(snr, 1e-12)))
     u_now = np.where(on, zeta / np.maximum(beta, 1e-300), 0.0)
     m = rows.micro.astype(np.float64)
+    mc = pr.micro_costs(rows.micro)
+    p_bits, tau = np.asarray(mc.payload_bits)[..., None, None], pr.link_latency_s
     terms = link_terms(pr, delta, m, w, v)
     rate_slope = np.where(on, 1.0 / zeta, 1.0)
-    _, bracket = bandwidth_step(
-        terms, delta, np.zeros(beta.shape), rate_slope, pr.payload_bits, pr.block_bits
-    )
+    _, bracket = bandwidth_step(terms, delta, np.zeros(beta.shape), rate_slope, pr.block_bits)
     mu = np.sqrt(np.maximum(bracket[:, 0], 0.0) * np.maximum(bracket[:, 1], 0.0))[:, None, None]
     z1 = np.max(u_now, axis=1)[:, None, None]
     z2 = np.max(delta * u_now, axis=1)[:, None, None]
@@ -110,27 +120,34 @@ def bandwidth_price(rows: LinkRows) -> SegmentCosts:
     interior = np.sqrt(mu[:, :, 0] * zeta / np.maximum(terms.a, 1e-300)[:, None])[..., None]
     u = np.minimum(np.minimum(z1, z2 / d), interior)  # (R, K, L)
     u = np.where(np.isfinite(u) & (u > 0), u, z1)
-    bits = 2 * pr.iterations * m[:, None, None] * pr.payload_bits + d * pr.block_bits
+    bits = 2 * pr.iterations * m[:, None, None] * p_bits + d * pr.block_bits
     energy = (pr.queues * pr.noise_w_per_hz / pr.gain)[..., None] * bits  # A_k(d)
     x = _snr(pr, u, mu, energy, (pr.max_power_w * pr.gain)[..., None])
     ell = np.log2(1.0 + x)
+    compute = np.broadcast_to(mc.compute_s, delta.shape)
     cost = (
-        w[:, None, None] * pr.V * pr.iterations * (3 * pr.compute_s[..., None] * d + 2 * pr.payload_bits * u)
-        + (pr.queues * pr.compute_energy_j)[..., None] * m[:, None, None] * d
+        w[:, None, None]
+        * pr.V
+        * pr.iterations
+        * ((1 + pr.backward_ratio) * compute[..., None] * d + 2 * p_bits * u)
+        + (pr.queues * mc.compute_energy_j)[..., None] * m[:, None, None] * d
         + energy * x / ell
         + mu / (pr.bandwidth_hz * ell * u)
     )
+    if tau:  # each scheduled device's two transfers per micro-batch wait τ each
+        cost = cost + w[:, None, None] * pr.V * pr.iterations * 2 * tau
     return SegmentCosts(
         cost=cost,
         gather_s=pr.block_bits * d * u,
         caps=pr.memory_caps(rows.micro),
-        compute_s=pr.compute_s,
-        link_s=np.broadcast_to(pr.payload_bits * z1[:, :, 0], delta.shape),
+        compute_s=compute,
+        link_s=np.broadcast_to(p_bits[..., 0] * z1[:, :, 0] + tau, delta.shape),
+        backward_ratio=np.full(m.size, pr.backward_ratio),
         c1=w * pr.V * pr.iterations * (m - 1.0),
         c2=np.zeros(m.size),
         c3=np.zeros(m.size),
-        stage_f=np.full(m.size, pr.chain_max_forward_s),
-        stage_b=np.full(m.size, pr.chain_max_backward_s),
+        stage_f=np.broadcast_to(mc.chain_max_forward_s, m.shape),
+        stage_b=np.broadcast_to(mc.chain_max_backward_s, m.shape),
         gather_floor=np.zeros(m.size),
         constant=pr.V
         * (v * np.maximum(rows.floor, pr.block_bits * z2[:, 0, 0]) + w * pr.block_bits * z2[:, 0, 0]),

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from collapipe_core.network import FloatArray
-from collapipe_core.scheduler.problem import IntArray, take_last
+from collapipe_core.scheduler.arrays import IntArray, take_last
 
 TOLERANCE = 1e-12  # relative slack of a threshold test and of the bound's pruning
 
@@ -55,6 +55,7 @@ class SegmentCosts:
     caps: IntArray  # memory cap (0 = cannot be scheduled)
     compute_s: FloatArray  # a_k
     link_s: FloatArray  # t_k
+    backward_ratio: FloatArray  # ρ: a TEB's backward time over its forward time
     c1: FloatArray
     c2: FloatArray
     c3: FloatArray  # weight of Γ alone: the redistribution's download, w·V (the gather's own weight is c2)
@@ -79,7 +80,8 @@ def segment_cost(sc: SegmentCosts, delta: IntArray) -> FloatArray:
 def _maxima(sc: SegmentCosts, rows: IntArray, x: FloatArray, t: FloatArray, gather: FloatArray) -> FloatArray:
     """c1·[max(c_F, X, T) + max(c_B, 2X, T)] + c2·max(Γ_f, Γ) + c3·Γ of the given rows (x, t, gather broadcast
     against ``rows``' shape)."""
-    forward, backward = np.maximum(sc.stage_f[rows], x), np.maximum(sc.stage_b[rows], 2 * x)
+    forward = np.maximum(sc.stage_f[rows], x)
+    backward = np.maximum(sc.stage_b[rows], sc.backward_ratio[rows] * x)
     stages = np.maximum(forward, t) + np.maximum(backward, t)
     gathers = sc.c2[rows] * np.maximum(sc.gather_floor[rows], gather) + sc.c3[rows] * gather
     value: FloatArray = sc.c1[rows] * stages + gathers
@@ -152,7 +154,7 @@ def _thresholds(
     d = np.arange(1, L + 1)
     allowed = d <= caps[:, :, None]  # (R, K, L)
     t_low = np.min(np.where(caps > 0, sc.link_s, np.inf), axis=1)
-    x_floor = np.minimum(np.maximum(sc.stage_f, t_low), 0.5 * np.maximum(sc.stage_b, t_low))
+    x_floor = np.minimum(np.maximum(sc.stage_f, t_low), np.maximum(sc.stage_b, t_low) / sc.backward_ratio)
     x_values = np.where(allowed & (sc.c1 > 0)[:, None, None], sc.compute_s[:, :, None] * d, np.inf)
     g_values = np.where(allowed & ((sc.c2 > 0) | (sc.c3 > 0))[:, None, None], sc.gather_s, np.inf)
     on = current > 0

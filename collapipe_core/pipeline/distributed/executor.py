@@ -178,7 +178,7 @@ class DistributedExecutor:
     def _tasks(
         self, state: RoundState, decision: Decision, plans: tuple[ClusterPlan, ...]
     ) -> dict[int, p.RankTask]:
-        t, b = state.round_index, state.settings.microbatch_size
+        t, settings = state.round_index, state.settings
         sc = state.scenario
         rates = link_rate_bps(
             decision.bandwidth_share(),
@@ -194,7 +194,8 @@ class DistributedExecutor:
             shard = self.bundle.shards[n]
             batches = []
             for it in range(state.settings.local_iterations):
-                idx = batch_indices(len(shard), plan.num_microbatches * b, (self.config.seed, t, n, it))
+                step = settings.samples_per_step(plan.num_microbatches)
+                idx = batch_indices(len(shard), step, (self.config.seed, t, n, it))
                 src, tgt = shard.src[idx], shard.tgt[idx]
                 batches.append({"src": src, "src_mask": source_mask(src, self.pad_id), "tgt": tgt})
             for rank in plan.ranks:
@@ -223,20 +224,26 @@ class DistributedExecutor:
                     send_rate_bps=rate,
                     data_sizes=sizes if role == "cu" else (),
                 )
-                tasks[rank] = self._task(state, plans, stage)
+                tasks[rank] = self._task(
+                    state, plans, stage, settings.samples_per_microbatch(plan.num_microbatches)
+                )
         for rank in range(self.layout.world_size):
-            tasks.setdefault(rank, self._task(state, plans, None))
+            tasks.setdefault(rank, self._task(state, plans, None, 1))
         return tasks
 
     def _task(
-        self, state: RoundState, plans: tuple[ClusterPlan, ...], stage: p.StageTask | None
+        self,
+        state: RoundState,
+        plans: tuple[ClusterPlan, ...],
+        stage: p.StageTask | None,
+        microbatch_size: int,
     ) -> p.RankTask:
         return p.RankTask(
             seq=-1,  # the pool numbers the rounds it hands out
             round_index=state.round_index,
             plans=plans,
             stage=stage,
-            microbatch_size=state.settings.microbatch_size,
+            microbatch_size=microbatch_size,
             bytes_per_element=self.config.model.bytes_per_element,
         )
 
@@ -301,7 +308,8 @@ class DistributedExecutor:
     ) -> list[GradientNormSums]:
         """A cluster's squared gradient norms per measured iteration: the sums over its ranks' stages."""
         steps = []
-        m, b = plan.num_microbatches, state.settings.microbatch_size
+        m = plan.num_microbatches
+        b = state.settings.samples_per_microbatch(m)
         num_measured = sum(map(is_measured_iteration, range(state.settings.local_iterations)))
         for j in range(num_measured):
             parts = [GradientNormSums(*reports[rank].gradient_norms[j], m, b) for rank in plan.ranks]

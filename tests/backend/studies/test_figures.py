@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from backend.studies.figures import RunRows, metric_infos, run_figures
+from backend.studies.figures import RunRows, collect_rows, metric_infos, run_figures
+from collapipe_core.config import TrainingConfig
 
 
 def _rows() -> RunRows:
     return RunRows(
-        samples_per_microbatch=8,
+        training=TrainingConfig(microbatch_size=8),
         latency_s=[2.0, 3.0, 4.0, 5.0],
         eval_loss=[None, 1.5, 0.9, None],
-        microbatches=[4, 4, 2, 2],
+        samples=[32, 32, 16, 16],
         eval_metrics=[{}, {"eval_accuracy": 0.5}, {"eval_accuracy": 0.7}, {}],
         compute_per_round=[(4.0, 2), (6.0, 2), (4.0, 2), (5.0, 2)],
         energy_over_budget=[0.5, 1.2, 0.9],
@@ -35,3 +36,16 @@ def test_the_other_figures_of_a_run() -> None:
     assert (figures["final_eval_loss"], figures["final_eval_accuracy"]) == (0.9, 0.7)
     names = [m.name for m in metric_infos(figures)]
     assert names[-1] == "final_eval_accuracy" and names.count("final_eval_loss") == 1
+
+
+def test_a_round_trains_m_micro_batches_of_b_or_the_fixed_batch_whatever_m() -> None:
+    rounds = [(1, 2.0, None, [4, 2], {}), (2, 2.0, None, [4, 2], {})]
+    rows = collect_rows(
+        [(1, TrainingConfig(microbatch_size=8, local_iterations=3)), (2, TrainingConfig(batch_size=32))],
+        rounds,
+        [],
+        [],
+        [],
+    )
+    assert rows[1].samples == [3 * 8 * (4 + 2)]  # I·b·Σ_n M_n
+    assert rows[2].samples == [2 * 32]  # N·B: the micro-batches split each cluster's batch

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collapipe_core.costmodel import evaluate
-from collapipe_core.costmodel.chain import cluster_round_timeline, cluster_timeline
+from collapipe_core.costmodel import build_problem, evaluate
+from collapipe_core.costmodel.chain import cluster_round_timeline, cluster_stages
+from collapipe_core.costmodel.closed_form import stage_times
+from collapipe_core.costmodel.timeline import simulate
 from collapipe_core.decision import Decision
 from collapipe_core.state import Placement, build_environment, observe
 from tests.core.builders import tiny_config
@@ -54,8 +56,11 @@ def test_the_redistribution_phase_comes_before_the_first_iteration() -> None:
     # every transfer shows on both ends
     assert sum(e.kind == "receive" for e in phase) == len(by_sender)
 
-    # the iteration is the one cluster_timeline simulates, shifted by R_n
-    iteration = cluster_timeline(state, decision, 0)
+    # the iteration is the one the chain's schedule simulates, shifted by R_n
+    pr, delta = build_problem(state), decision.num_blocks()
+    u = np.where(delta > 0, pr.time_per_bit(decision.bandwidth_share(), decision.power_w()), 0.0)
+    times = stage_times(pr, delta, decision.num_microbatches(), u)
+    iteration = simulate(cluster_stages(times, decision, 0), 2, "gpipe")
     assert len(pipeline) == len(iteration.events)
     assert min(e.start_s for e in pipeline) == pytest.approx(timeline.redistribution_s)
     assert timeline.makespan_s == iteration.makespan_s

@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collapipe_core.costmodel import evaluate
-from collapipe_core.costmodel.redistribution import block_moves, holdings
+from collapipe_core.costmodel import build_problem, evaluate
+from collapipe_core.costmodel.closed_form import moved_blocks
+from collapipe_core.costmodel.problem import holdings
 from collapipe_core.decision import Decision
 from collapipe_core.state import Placement, RoundState, build_environment, observe
 from tests.core.builders import tiny_config
@@ -123,26 +124,31 @@ def test_the_objective_weighs_the_moves_latency_and_energy() -> None:
 
 
 def test_holders_are_the_contiguous_segments_or_every_teb_for_a_replica() -> None:
-    held = holdings(np.array([[2, 0, 1, 1]]), "pipeline", 4)
+    held = holdings(np.array([[2, 0, 1, 1]]), False, 4)
     assert held[0].astype(int).tolist() == [[1, 1, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
-    replicas = holdings(np.array([[3, 0, 3]]), "replicated", 3)
+    replicas = holdings(np.array([[3, 0, 3]]), True, 3)
     assert replicas[0].astype(int).tolist() == [[1, 1, 1], [0, 0, 0], [1, 1, 1]]
     # an infeasible vector claims TEBs past L or a negative count: those hold nothing
-    assert holdings(np.array([[3, -1, 3]]), "pipeline", 4)[0].sum(axis=1).tolist() == [3, 0, 1]
+    assert holdings(np.array([[3, -1, 3]]), False, 4)[0].sum(axis=1).tolist() == [3, 0, 1]
+
+
+def _moves(previous: Placement | None, now: list[list[int]], replicated: bool) -> list[list[list[int]]]:
+    config = tiny_config(network={"num_clusters": 1, "devices_per_cluster": 3})
+    state = observe(build_environment(config, 40, 2, None), 1, previous=previous)
+    moved_in, moved_out = moved_blocks(build_problem(state), np.array(now), replicated)
+    return [moved_in.astype(int).tolist(), moved_out.astype(int).tolist()]
 
 
 def test_moves_into_and_out_of_a_replicated_round() -> None:
     pipeline = Placement(num_blocks=np.array([[2, 1, 1]]), rate_bps=np.ones((1, 3)), power_w=np.ones((1, 3)))
     # every participant of the fl round needs the state of the TEBs it did not hold; each holder sends once
-    moved_in, moved_out = block_moves(pipeline, np.array([[4, 4, 0]]), "replicated", 4)
-    assert moved_in.tolist() == [[2, 3, 0]] and moved_out.tolist() == [[2, 1, 1]]
+    assert _moves(pipeline, [[4, 4, 0]], replicated=True) == [[[2, 3, 0]], [[2, 1, 1]]]
     # after an fl round every TEB had several holders: the first in device order sends it
     replicas = Placement(
         num_blocks=np.array([[0, 4, 4]]), rate_bps=np.ones((1, 3)), power_w=np.ones((1, 3)), mode="replicated"
     )
-    moved_in, moved_out = block_moves(replicas, np.array([[2, 1, 1]]), "pipeline", 4)
-    assert moved_in.tolist() == [[2, 0, 0]] and moved_out.tolist() == [[0, 2, 0]]
-    assert [a.tolist() for a in block_moves(None, np.array([[2, 1, 1]]), "pipeline", 4)] == [[[0, 0, 0]]] * 2
+    assert _moves(replicas, [[2, 1, 1]], replicated=False) == [[[2, 0, 0]], [[0, 2, 0]]]
+    assert _moves(None, [[2, 1, 1]], replicated=False) == [[[0, 0, 0]], [[0, 0, 0]]]
 
 
 def test_a_placement_round_trips_through_json_and_must_match_the_network() -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from collapipe_core.config import ExperimentConfig
+from collapipe_core.costmodel.problem import build_problem
 from collapipe_core.decision import Decision
-from collapipe_core.scheduler.problem import build_problem
 from collapipe_core.state import Environment, RoundState, build_environment, observe
 
 

@@ -177,6 +177,72 @@ def small_instance(seed: int) -> RoundState:
     return _round(rng, env, available, queue_exponents=(-2.0, 2.5))
 
 
+def small_fixed_batch_instance(seed: int) -> RoundState:
+    """One round of :func:`small_instance`'s kind in the fixed-batch reading: a step's batch B of 4–48
+    samples split into M micro-batches of B/M (M one of B's divisors up to M_max), every transfer paying a
+    latency τ of 0–20 ms and every TEB a fixed time c_0 of 0–2 ms per micro-batch — the per-micro-batch
+    costs that give M an interior optimum. Redrawn until ``optimal`` has at most :data:`SMALL_CANDIDATES`
+    candidates."""
+    rng = np.random.default_rng([seed, 0xF1B4])
+    while True:
+        clusters = 1 if rng.random() < 0.6 else 2
+        devices = int(rng.integers(1, 9 if clusters == 1 else 5))
+        blocks = int(rng.integers(1, 13))
+        batch = int(rng.choice([4, 6, 8, 12, 16, 24, 32, 48]))
+        max_micro = int(rng.integers(1, min(batch, 16) + 1))
+        divisors = sum(1 for m in range(1, max_micro + 1) if batch % m == 0)
+        available = _availability(rng, (clusters, devices), 0.85)
+        if candidate_bound(available, blocks, divisors) <= SMALL_CANDIDATES:
+            break
+    d_model = int(rng.choice([16, 32, 64]))
+    seq_len = int(rng.choice([8, 16, 32]))
+    block_bytes = 4.0 * 12 * d_model**2 * 4 + 4.0 * batch * seq_len * 15 * d_model
+    overhead = float(rng.choice([1.0, 16.0])) * 2**20
+    env = environment(
+        seed=int(rng.integers(0, 2**31)),
+        network={
+            "num_clusters": clusters,
+            "devices_per_cluster": devices,
+            "cpu_hz": {"low": 0.3e9, "high": 3.0e9},
+            "memory_bytes": {
+                "low": overhead + float(rng.choice([1.5, 3.0])) * block_bytes,
+                "high": overhead + float(rng.choice([6, 16, 40])) * block_bytes,
+            },
+            "runtime_overhead_bytes": int(overhead),
+            "distance_m": {"low": 5.0, "high": float(rng.choice([40, 200]))},
+            "max_power_w": float(rng.uniform(0.05, 0.5)),
+            "cu_flops_per_s": float(10 ** rng.uniform(9.5, 11)),
+            "edge_flops_per_s": float(10 ** rng.uniform(10, 12)),
+            "link_latency_s": float(rng.choice([0.0, 1e-3, 5e-3, 2e-2])),
+            "block_overhead_s": float(rng.choice([0.0, 2e-4, 2e-3])),
+        },
+        channel={"bandwidth_hz": float(10 ** rng.uniform(5.5, 7.3))},
+        model={
+            "kind": str(rng.choice(["classifier", "seq2seq"])),
+            "d_model": d_model,
+            "num_heads": 4,
+            "ffn_dim": 4 * d_model,
+            "num_blocks": blocks,
+            "seq_len": seq_len,
+            "target_len": seq_len,
+        },
+        training={
+            "batch_size": batch,
+            "local_iterations": int(rng.integers(1, 4)),
+            "schedule": "gpipe",
+        },
+        data={"samples_per_cluster": 4096},
+        scheduler={
+            "V": float(10 ** rng.uniform(-1, 1)),
+            "lambda": float(rng.uniform(0, 2)),
+            "gradient_variance": float(rng.uniform(0, 2)),
+            "num_microbatches": 1,
+            "max_microbatches": max_micro,
+        },
+    )
+    return _round(rng, env, available, queue_exponents=(-2.0, 2.5))
+
+
 def medium_instance(seed: int) -> RoundState:
     """One round of 12–50 devices (a shape of :data:`MEDIUM_SHAPES`), 8, 12, 16 or 24 TEBs.
 

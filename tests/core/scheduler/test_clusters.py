@@ -7,10 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
+from collapipe_core.costmodel.closed_form import round_objective
+from collapipe_core.costmodel.problem import RoundProblem, build_problem
 from collapipe_core.scheduler import clusters
 from collapipe_core.scheduler.clusters import LinkCache, coupled_links, select
 from collapipe_core.scheduler.links import allocate
-from collapipe_core.scheduler.problem import RoundProblem, build_problem, round_objective
 from tests.core.scheduler.instances import random_round
 
 

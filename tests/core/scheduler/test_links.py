@@ -7,10 +7,11 @@ import dataclasses
 
 import numpy as np
 
+from collapipe_core.costmodel.closed_form import costs
+from collapipe_core.costmodel.problem import RoundProblem, build_problem
 from collapipe_core.scheduler.links import LinkTerms, allocate, bandwidth_step, solve_foc
 from collapipe_core.scheduler.optimal import cluster_candidates
 from collapipe_core.scheduler.optimal_links import solve_links
-from collapipe_core.scheduler.problem import RoundProblem, build_problem, costs
 from tests.core.scheduler.instances import random_instance
 
 
@@ -44,9 +45,9 @@ def test_the_bandwidth_step_finds_the_least_latency_on_the_simplex() -> None:
         d = rng.uniform(0.5, 5, 3)  # links at a fixed SNR: the model where the step is exact
         p_bits, b_bits = rng.uniform(0.5, 2), rng.uniform(0.5, 2)
         values = [rng.uniform(0.1, 2), rng.uniform(0, 3), rng.uniform(0, 3), rng.uniform(0, 2) * (trial % 2)]
-        values += [rng.uniform(0, 1), rng.uniform(0, 2)]
+        values += [rng.uniform(0, 1), rng.uniform(0, 2), p_bits]
         terms = LinkTerms(*(np.array([x]) for x in values))
-        beta, bracket = bandwidth_step(terms, delta[None], np.zeros((1, 3)), d[None], p_bits, b_bits)
+        beta, bracket = bandwidth_step(terms, delta[None], np.zeros((1, 3)), d[None], b_bits)
         on = delta > 0
         shares = simplex[np.all(simplex[:, ~on] == 0.0, axis=1)]  # unscheduled devices get nothing
         on_grid = _latency(shares, delta, d, terms, p_bits, b_bits).min()

@@ -7,8 +7,9 @@ import itertools
 import numpy as np
 import pytest
 
+from collapipe_core.costmodel.closed_form import costs
+from collapipe_core.costmodel.problem import build_problem
 from collapipe_core.scheduler.microbatches import best_microbatches
-from collapipe_core.scheduler.problem import build_problem, costs
 from tests.core.scheduler.instances import random_instance, random_round
 
 
@@ -31,7 +32,7 @@ def test_joint_micro_batches_match_brute_force() -> None:
         beta = np.where(on, 1.0 / on.sum(axis=1, keepdims=True), 0.0)
         power = np.where(on, 0.5 * pr.max_power_w, 0.0)
         u = pr.time_per_bit(beta, power)
-        micro = best_microbatches(pr, delta[None], u[None], power[None], limit[None])[0]
+        micro = best_microbatches(pr, delta[None], u[None], power[None], pr.memory_fits(delta[None]))[0]
         value = float(costs(pr, delta, micro, u, power).objective)
         grid = itertools.product(*(range(1, int(m) + 1) for m in limit))
         brute = min(float(costs(pr, delta, np.array(m), u, power).objective) for m in grid)

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from collapipe_core.costmodel import evaluate
+from collapipe_core.costmodel.closed_form import costs
+from collapipe_core.costmodel.problem import build_problem
 from collapipe_core.scheduler import dssda, optimal
 from collapipe_core.scheduler.candidates import RowSet, best_moves, segment_step
-from collapipe_core.scheduler.problem import build_problem, costs
 from collapipe_core.state import Placement, RoundState
 from tests.core.scheduler.instances import random_decision, random_instance, random_round
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from collapipe_core.costmodel import evaluate
+from collapipe_core.costmodel.problem import build_problem
 from collapipe_core.decision import Decision
 from collapipe_core.scheduler import get_policy, optimal
 from collapipe_core.scheduler.optimal_links import solve_links
-from collapipe_core.scheduler.problem import build_problem
 from tests.core.scheduler.instances import random_instance
 
 

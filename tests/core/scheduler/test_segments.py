@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 
-from collapipe_core.scheduler.problem import indexed
+from collapipe_core.scheduler.arrays import indexed
 from collapipe_core.scheduler.segments import SegmentCosts, best_segments, segment_cost
 
 
@@ -21,6 +21,7 @@ def _random_costs(rng: np.random.Generator, rows: int, k: int, L: int) -> Segmen
         caps=rng.integers(0, L + 1, (rows, k)),
         compute_s=rng.uniform(0.01, 0.5, (rows, k)),
         link_s=rng.uniform(0.01, 1.0, (rows, k)),
+        backward_ratio=rng.choice([1.0, 1.5, 2.0], rows),  # full training 2; a frozen base's less
         c1=rng.uniform(0, 3, rows) * (rng.random(rows) < 0.8),
         c2=rng.uniform(0, 3, rows),
         c3=rng.uniform(0, 3, rows) * (rng.random(rows) < 0.5),
