@@ -60,15 +60,18 @@ def build_hf_model(
     fam = family(model_cfg.architecture)
     directory = pretrained_dir if pretrained_dir is not None else model_cfg.pretrained_path
     config = _config(fam, model_cfg, vocab_size, num_outputs, pad_id, bos_id, eos_id, directory)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if directory is None:
-            model = fam.model_class._from_config(
-                config, attn_implementation=ATTN_IMPLEMENTATION, dtype=torch.float32
-            )
-        else:
-            model = _load(fam, config, directory, _shown(model_cfg, directory))
-    split = fam.split(model)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if directory is None:
+                model = fam.model_class._from_config(
+                    config, attn_implementation=ATTN_IMPLEMENTATION, dtype=torch.float32
+                )
+            else:
+                model = _load(fam, config, directory, _shown(model_cfg, directory))
+        split = fam.split(model)
+    except Exception as err:
+        raise _not_built(err, fam, model_cfg, directory) from None
     split.train()  # as a built model is; from_pretrained leaves eval mode
     return split
 
@@ -87,11 +90,37 @@ def build_hf_skeleton(
     fam = family(model_cfg.architecture)
     directory = pretrained_dir if pretrained_dir is not None else model_cfg.pretrained_path
     config = _config(fam, model_cfg, vocab_size, num_outputs, pad_id, bos_id, eos_id, directory)
-    with torch.device("meta"):  # transformers skips initialisation on meta
-        model = fam.model_class._from_config(
-            config, attn_implementation=ATTN_IMPLEMENTATION, dtype=torch.float32
+    try:
+        with torch.device("meta"):  # transformers skips initialisation on meta
+            model = fam.model_class._from_config(
+                config, attn_implementation=ATTN_IMPLEMENTATION, dtype=torch.float32
+            )
+        return fam.split(model)
+    except Exception as err:
+        raise _not_built(err, fam, model_cfg, directory) from None
+
+
+def _not_built(
+    err: Exception, fam: Family, model_cfg: ModelConfig, directory: str | os.PathLike[str] | None
+) -> ValueError:
+    """Whatever transformers raised while building the model (a ZeroDivisionError for ``head_dim: 0``, a
+    KeyError for an unknown activation ...) as a ValueError naming the field that holds the cause."""
+    if isinstance(err, ValueError) and str(err).startswith("model"):
+        return err  # already names its field
+    if directory is not None:
+        name = _shown(model_cfg, directory)
+        reason = f"{type(err).__name__}: {_reason(err, directory, name)}"
+        return ValueError(
+            f"{FIELD} {name!r}: transformers cannot build a model from its config.json ({reason}); fix "
+            "config.json or save the model again with save_pretrained"
         )
-    return fam.split(model)
+    reason = f"{type(err).__name__}: {_reason(err)}"
+    if model_cfg.hf_config:
+        return ValueError(
+            f"model.hf_config: transformers cannot build a {fam.name} model with these fields ({reason}); "
+            "change or remove them"
+        )
+    return ValueError(f"model ({fam.name}): transformers cannot build this model ({reason})")
 
 
 def _config(
@@ -159,8 +188,7 @@ def _load(fam: Family, config: Any, directory: str | os.PathLike[str], name: str
             dtype=torch.float32,
         )
     except (OSError, ValueError, RuntimeError) as err:
-        reason = _reason(err).replace(os.path.abspath(path), name).replace(path, name)
-        raise ValueError(f"{FIELD} {name!r} could not be loaded: {reason}") from None
+        raise ValueError(f"{FIELD} {name!r} could not be loaded: {_reason(err, path, name)}") from None
 
 
 def _shown(model_cfg: ModelConfig, directory: str | os.PathLike[str]) -> str:
@@ -169,7 +197,10 @@ def _shown(model_cfg: ModelConfig, directory: str | os.PathLike[str]) -> str:
     return model_cfg.pretrained_path or os.fspath(directory)
 
 
-def _reason(err: BaseException) -> str:
-    """The first line of an exception from transformers or the file, cut short."""
+def _reason(err: BaseException, path: str | os.PathLike[str] | None = None, name: str = "") -> str:
+    """The first line of an exception from transformers or the file, cut short, with the directory
+    ``path`` (as given and as absolute) shown as ``name``."""
     text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if path is not None:
+        text = text.replace(os.path.abspath(path), name).replace(os.fspath(path), name)
     return text if len(text) <= 300 else text[:299] + "…"

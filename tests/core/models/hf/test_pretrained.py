@@ -301,3 +301,27 @@ def test_messages_name_the_config_s_path_never_the_resolved_one(tmp_path: Path) 
         "model.pretrained_path 'checkpoints/pickled' has no config.json; give a directory written by "
         "save_pretrained"
     )
+
+
+@pytest.mark.parametrize(
+    ("keys", "raised"),
+    [
+        ({"head_dim": 0}, "ZeroDivisionError"),
+        ({"head_dim": -3}, "RuntimeError"),
+        ({"hidden_act": "no"}, "KeyError"),
+    ],
+)
+def test_whatever_transformers_raises_while_building_names_the_pretrained_path(
+    keys: dict[str, object], raised: str, tmp_path: Path
+) -> None:
+    directory = _config_json(tmp_path, "llama", **keys)
+    cfg = hf_config("llama", pretrained_path="checkpoints/odd")
+    with pytest.raises(ValueError) as error:
+        build_skeleton(cfg, VOCAB, VOCAB, pad_id=0, pretrained_dir=directory)
+    message = str(error.value)
+    assert message.startswith("model.pretrained_path 'checkpoints/odd': transformers cannot build")
+    assert f"({raised}: " in message and str(tmp_path) not in message
+    with pytest.raises(ValueError) as error:  # a run: named the same way, loading or building
+        build_model(cfg, VOCAB, VOCAB, 0, pad_id=0, pretrained_dir=directory)
+    assert str(error.value).startswith("model.pretrained_path 'checkpoints/odd'")
+    assert str(tmp_path) not in str(error.value)
