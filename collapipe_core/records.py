@@ -81,6 +81,9 @@ class RoundRecord:
     blocks_moved: int | None = None
     redistribution_s: list[float] = field(default_factory=list)
     moves_latency_share: float | None = None
+    # why the decision is what it is (collapipe_core.explain): counterfactual decisions evaluated on the
+    # same round state, each with its cost difference by term, and a sentence; empty in older records
+    explanation: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from collapipe_core.checkpoint import Checkpoints, DirectoryCheckpoints, config_
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel import Evaluation, evaluate
 from collapipe_core.decision import Decision, plan_segments
+from collapipe_core.explain import explain
 from collapipe_core.gradient_noise import NoiseScaleAverage
 from collapipe_core.network import FloatArray, device_id
 from collapipe_core.pipeline.executor import AnalyticExecutor, Executor, TrainingOutcome
@@ -170,10 +172,18 @@ class Runner:
         decision = self.policy.decide(state)
         solve_time = time.perf_counter() - started
         ev = evaluate(state, decision)
+        explanation = explain(state, decision, ev, getattr(self.policy, "minimises_objective", False))
         outcome = self.executor.execute(state, decision)
         self.gradient_noise = self.gradient_noise.update(outcome.gradient_noise)
         result = build_result(
-            state, decision, ev, outcome, self.policy.name, solve_time, self.gradient_noise.noise_scale
+            state,
+            decision,
+            ev,
+            outcome,
+            self.policy.name,
+            solve_time,
+            self.gradient_noise.noise_scale,
+            explanation,
         )
         self.queues = update_queues(self.queues, ev.energy_j, self.env.scenario.energy_budget_j)
         self.previous = Placement.of(decision, ev.rate_bps)
@@ -204,6 +214,7 @@ def build_result(
     policy_name: str,
     solve_time_s: float,
     gradient_noise_scale: float | None = None,
+    explanation: dict[str, Any] | None = None,
 ) -> RoundResult:
     """Turn a round's decision, modeled figures and training outcome into records.
 
@@ -269,6 +280,7 @@ def build_result(
         blocks_moved=int(ev.blocks_moved.sum()),
         redistribution_s=[float(x) for x in ev.redistribution_s],
         moves_latency_share=moves_latency_share(ev),
+        explanation=explanation or {},
     )
     return RoundResult(round=record, devices=tuple(devices))
 

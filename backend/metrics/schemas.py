@@ -70,6 +70,13 @@ class DecisionItem(BaseModel):
         description="what the distributed executor measured, per participant (c0-cu, c0-d1, c0-edge); "
         "empty for executors that measure nothing",
     )
+    explanation: dict[str, Any] = Field(
+        default_factory=dict,
+        description="why the decision is what it is: 'sentence', and 'counterfactuals' (spread over two "
+        "devices or more, the next smaller and larger M, the uniform split), each with its decision, its "
+        "objective and the difference by term (compute, links, energy, convergence) against the chosen one; "
+        "empty for rounds recorded before decisions were explained",
+    )
 
 
 class DecisionPage(BaseModel):

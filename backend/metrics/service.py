@@ -281,4 +281,5 @@ def _decision(record: dict[str, Any]) -> DecisionItem:
         moves_latency_share=record.get("moves_latency_share"),
         decision=record.get("decision", {}),
         measured=record.get("measured") or {},
+        explanation=record.get("explanation") or {},
     )

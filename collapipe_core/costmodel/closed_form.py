@@ -113,6 +113,38 @@ def gpipe_makespan(
     return pipeline
 
 
+def gpipe_parts(times: StageTimes, micro: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """GPipe's makespan T^pipe_n (..., N) split into the time of its compute stages and of its link
+    stages: each stage's own times, and the (M − 1)·max of each direction to the kind of stage that sets
+    it. The two parts sum to :func:`gpipe_makespan`'s T^pipe_n (for the explanation of decisions)."""
+    m = np.asarray(micro, dtype=np.float64)
+    on = times.device_forward_s > 0
+    zero = np.zeros(m.shape)
+    fwd_c = np.maximum(
+        np.maximum(times.cu_forward_s, times.edge_forward_s), np.max(times.device_forward_s, axis=-1)
+    )
+    bwd_c = np.maximum(
+        np.maximum(times.cu_backward_s, times.edge_backward_s), np.max(times.device_backward_s, axis=-1)
+    )
+    sends = np.max(np.where(on, times.device_send_s, 0.0), axis=-1)
+    fwd_l, bwd_l = np.maximum(times.cu_link_s, sends), np.maximum(times.edge_link_s, sends)
+    compute = (
+        times.cu_forward_s
+        + times.cu_backward_s
+        + times.edge_forward_s
+        + times.edge_backward_s
+        + np.sum(times.device_forward_s + times.device_backward_s, axis=-1)
+        + (m - 1.0) * (np.where(fwd_c >= fwd_l, fwd_c, zero) + np.where(bwd_c >= bwd_l, bwd_c, zero))
+    )
+    links = (
+        times.cu_link_s
+        + times.edge_link_s
+        + 2.0 * np.sum(times.device_send_s, axis=-1)
+        + (m - 1.0) * (np.where(fwd_c >= fwd_l, zero, fwd_l) + np.where(bwd_c >= bwd_l, zero, bwd_l))
+    )
+    return compute, links
+
+
 def moved_blocks(
     pr: RoundProblem, delta: IntArray, replicated: bool = False
 ) -> tuple[FloatArray, FloatArray]:

@@ -224,6 +224,7 @@ class RoundProblem:
     optimizer_bits: float = 0.0  # B_opt: one TEB's optimizer state, sent with a TEB that changes device
     previous: Previous | None = None  # the previous round's placement (None: no moves)
     num_clusters: int = 1  # N of the round (a problem's rows may be fewer or repeated clusters)
+    max_blocks_per_device: int | None = None  # a cap on δ_k besides memory (None: L)
     fixed: MicroCosts | None = None  # the micro-batch constants of the fixed micro-batch reading
 
     @property
@@ -338,7 +339,8 @@ class RoundProblem:
         only lower them), so the caps are safe for every placement. Unavailable devices get 0."""
         fixed, per_block = self.memory_line(micro)
         caps = np.floor((self.memory_bytes - fixed) / per_block)
-        return np.where(self.available, np.clip(caps, 0, self.num_blocks), 0).astype(np.int64)
+        most = self.num_blocks if self.max_blocks_per_device is None else self.max_blocks_per_device
+        return np.where(self.available, np.clip(caps, 0, most), 0).astype(np.int64)
 
     def memory_line(self, micro: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
         """(memory without TEBs, memory per TEB) of every device (..., N, K) with M micro-batches (``micro``

@@ -61,9 +61,13 @@ JOINT_CANDIDATES = 4  # single changes that move the pipeline's maximum tried wi
 Figures = tuple[FloatArray, FloatArray, FloatArray, FloatArray]  # R + I·T^pipe, gather time, Σ Q·E, M
 
 
-def solve(state: RoundState, use_queues: bool = True) -> tuple[Decision, float]:
-    """DSSDA's decision for ``state`` and its objective (queues set to 0 when ``use_queues`` is False)."""
-    pr = build_problem(state)
+def solve(
+    state: RoundState, use_queues: bool = True, max_blocks_per_device: int | None = None
+) -> tuple[Decision, float]:
+    """DSSDA's decision for ``state`` and its objective (queues set to 0 when ``use_queues`` is False;
+    no device holding more than ``max_blocks_per_device`` TEBs when given: L − 1 spreads every cluster's
+    encoder over two devices or more)."""
+    pr = dataclasses.replace(build_problem(state), max_blocks_per_device=max_blocks_per_device)
     if not use_queues:
         pr = dataclasses.replace(pr, queues=np.zeros(pr.shape))
     check_memory(pr)
@@ -324,6 +328,7 @@ class Dssda:
     """DSSDA: per-round drift-plus-penalty minimisation by block-coordinate descent."""
 
     name = "dssda"
+    minimises_objective = True  # its decisions are explained against the best spread placement
 
     def decide(self, state: RoundState) -> Decision:
         return solve(state)[0]
@@ -334,6 +339,7 @@ class Myopic:
     """DSSDA with every virtual queue at zero: minimises latency and the convergence term only."""
 
     name = "myopic"
+    minimises_objective = True
 
     def decide(self, state: RoundState) -> Decision:
         return solve(state, use_queues=False)[0]
