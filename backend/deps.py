@@ -173,12 +173,13 @@ class StreamAccess:
         self.credential = _credential(request)
         self.role = role
 
-    def check(self) -> None:
-        """Raise Unauthenticated or Forbidden unless the caller may still read (a short session)."""
+    def check(self) -> User:
+        """The caller; Unauthenticated or Forbidden unless they may still act (a short session)."""
         with self.session_factory() as session:
             user = _user_for(session, self.credential, self.last_use, self.idle_s)
             if not users.has_role(user, self.role):
                 raise Forbidden(f"this needs the {self.role} role; you are {user.role}")
+            return user
 
     async def allowed(self) -> bool:
         try:
@@ -195,6 +196,15 @@ async def _stream_viewer(request: Request) -> StreamAccess:
 
 
 StreamViewer = Annotated[StreamAccess, Depends(_stream_viewer)]
+
+
+async def _uploader(request: Request) -> User:
+    """An operator checked with a short session of its own, closed before the endpoint runs: an upload
+    streams for minutes and must hold no database transaction meanwhile."""
+    return await to_thread.run_sync(StreamAccess(request, "operator").check)
+
+
+UploaderUser = Annotated[User, Depends(_uploader)]
 
 
 def require_role(role: str) -> Callable[[User], Awaitable[User]]:

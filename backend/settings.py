@@ -48,6 +48,22 @@ class Settings(BaseSettings):
         ge=1024,
         description="largest file uploaded into the data directory (PUT /api/files)",
     )
+    max_user_data_bytes: int = Field(
+        default=20 * 2**30,
+        ge=0,
+        description="most bytes of the data directory one user's uploads may hold (413 beyond)",
+    )
+    max_data_bytes: int = Field(
+        default=200 * 2**30, ge=0, description="most bytes all uploads together may hold (413 beyond)"
+    )
+    max_data_files: int = Field(
+        default=10_000, ge=0, description="most uploaded files the data directory may hold (409 beyond)"
+    )
+    min_free_disk_bytes: int = Field(
+        default=2**30,
+        ge=0,
+        description="an upload must leave this much free on the data directory's disk (413 otherwise)",
+    )
     max_file_bytes: int = Field(
         default=256 * 2**20,
         ge=1024,

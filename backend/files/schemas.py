@@ -22,3 +22,8 @@ class DataFileOut(BaseModel):
         default=True,
         description="a checkpoint has its config.json (one still uploading, or cut short, has not)",
     )
+    uploaded_by: str | None = Field(
+        default=None,
+        description="the user who uploaded it (a checkpoint: its files); none for a file placed on the "
+        "server by other means. Only they or an admin may replace it",
+    )

@@ -26,7 +26,7 @@ export const API_CONTRACT = {
   "GET /api/config/policies": [],
   "GET /api/config/metrics": ["[].name", "[].scope", "[].description"],
   "GET /api/files": [
-    "[].name", "[].kind", "[].size_bytes", "[].modified_at", "[].files", "[].complete"
+    "[].name", "[].kind", "[].size_bytes", "[].modified_at", "[].files", "[].complete", "[].uploaded_by"
   ],
   "PUT /api/files/{name}": [],
   "DELETE /api/files/{name}": [],

@@ -33,7 +33,7 @@ export function mountData(main) {
       h('p.small', {}, f.what()),
       h('p.small', {}, 'Named by ', f.field(), '.'),
       h('div.table-wrap', {}, h('table', { 'aria-label': f.title },
-        h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th.num', {}, 'Size'), h('th', {}, 'Modified'),
+        h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th.num', {}, 'Size'), h('th', {}, 'Modified'), h('th', {}, 'Uploaded by'),
           f.kind === 'checkpoint' ? h('th', {}, 'Files') : null, can('admin') ? h('th', {}, h('span.sr-only', {}, 'Actions')) : null)),
         tbody))));
   }
@@ -47,6 +47,8 @@ export function mountData(main) {
       h('td', {}, h('code', {}, file.name)),
       h('td.num.nowrap', { title: `${file.size_bytes.toLocaleString()} bytes`, 'data-col': 'size' }, formatValue(file.size_bytes, 'bytes')),
       h('td.small.nowrap', { title: file.modified_at }, formatTime(file.modified_at)),
+      // only the uploader (or an admin) may replace a file; none: placed on the server by other means
+      h('td.small', { 'data-col': 'uploaded-by' }, file.uploaded_by ?? h('span.muted', {}, '—')),
       file.kind === 'checkpoint' ? h('td.small', {}, (file.files || []).map((n, i) => [i ? ', ' : '', h('code', {}, n)]),
         file.complete === false ? h('span.muted', {}, ' — incomplete: no config.json yet') : null) : null,
       remove ? h('td', {}, remove) : null);
@@ -65,7 +67,7 @@ export function mountData(main) {
     for (const f of FOLDERS) {
       const tbody = clear(sections.get(f.kind));
       const mine = files.filter((file) => file.kind === f.kind);
-      const columns = 3 + (f.kind === 'checkpoint' ? 1 : 0) + (can('admin') ? 1 : 0);
+      const columns = 4 + (f.kind === 'checkpoint' ? 1 : 0) + (can('admin') ? 1 : 0);
       if (!mine.length) tbody.append(h('tr', {}, h('td.empty', { colspan: columns }, `No ${f.folder} yet.`)));
       for (const file of mine) tbody.append(row(file));
     }
