@@ -174,7 +174,7 @@ def parse_trace(text: str, is_json: bool, num_clusters: int, devices_per_cluster
     if is_json:
         try:
             loaded = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as err:
+        except (ValueError, RecursionError) as err:  # ValueError: also an integer of > 4300 digits
             line = getattr(err, "lineno", None)
             raise TraceError("not valid JSON", row=line) from None
         items = loaded.get("rows") if isinstance(loaded, dict) else loaded

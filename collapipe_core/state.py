@@ -220,7 +220,7 @@ def pretrained_dir(config: ExperimentConfig, workspace: Workspace) -> Path | Non
         raise FileRefused(PRETRAINED_FIELD, name, f"{short(name)} is a URL; CollaPipe never downloads models")
     try:
         directory = workspace.directory(PRETRAINED_FIELD, name)
-        return checked_pretrained_dir(directory)
+        return checked_pretrained_dir(directory, name)  # messages name the config's path
     except FileRefused as err:
         hint = (
             "; it looks like a Hugging Face Hub name, and CollaPipe never downloads models: save the model "

@@ -72,9 +72,11 @@ def parse_config(data: dict[str, Any], workspace: Workspace | None = None) -> Ex
         raise ConfigError([_translate(e) for e in err.errors()]) from None
     workspace = workspace or Workspace.local()
     config, problems = with_pretrained_sizes(config, workspace)
-    problems += check_config(config, workspace)
-    if problems:
-        raise ConfigError(problems)
+    # a checkpoint whose config.json was refused is never built (10^6 layers held a thread for minutes)
+    problems += check_config(config, workspace, build=not problems)
+    if problems:  # both steps resolve model.pretrained_path: its refusal once
+        unique = {(problem.field, problem.message): problem for problem in problems}
+        raise ConfigError(list(unique.values()))
     return config
 
 
@@ -103,7 +105,8 @@ def with_pretrained_sizes(
     try:
         directory = pretrained_dir(config, workspace)
         assert directory is not None
-        sizes = pretrained_sizes(directory)
+        workspace.path("model.pretrained_path", f"{m.pretrained_path.rstrip('/')}/config.json")  # not leaving
+        sizes = pretrained_sizes(directory, m.pretrained_path)  # messages name the config's path
     except FileRefused as err:
         return config, [ConfigProblem(err.field, err.value, err.message)]
     except ValueError as err:
@@ -210,8 +213,12 @@ def _translate(error: Any) -> ConfigProblem:
     return ConfigProblem(field, value, message)
 
 
-def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigProblem]:
-    """Cross-field checks in ``workspace``. Returns every problem found (empty when the config can run)."""
+def check_config(
+    config: ExperimentConfig, workspace: Workspace, *, build: bool = True
+) -> list[ConfigProblem]:
+    """Cross-field checks in ``workspace``. Returns every problem found (empty when the config can run).
+
+    ``build``: also read the data and build the model (the memory checks), when no problem was found."""
     problems: list[ConfigProblem] = []
     m, d, t, s = config.model, config.data, config.training, config.scheduler
 
@@ -262,7 +269,7 @@ def check_config(config: ExperimentConfig, workspace: Workspace) -> list[ConfigP
         pretrained = pretrained_dir(config, workspace)
     except FileRefused as err:
         add(err.field, err.value, err.message)
-    if not problems:
+    if not problems and build:
         problems.extend(_check_data_and_memory(config, workspace, trace, pretrained))
     return problems
 
@@ -369,10 +376,14 @@ def _check_data_and_memory(
         )
     try:
         env = build_environment(config, src_vocab, tgt_size, trace, pretrained)
-    except ValueError as err:  # the model cannot be built: a field the message names, or the model
-        message = str(err)
-        field = _MODEL_FIELD.match(message)
-        return [*problems, ConfigProblem(field.group(1) if field else "model", None, message)]
+    except Exception as err:  # the model cannot be built: a field the message names, or the model
+        named = _MODEL_FIELD.match(str(err))
+        if named or isinstance(err, ValueError):
+            field = named.group(1) if named else "model"
+            return [*problems, ConfigProblem(field, None, str(err))]
+        if config.model.source != "transformers":
+            raise  # CollaPipe's own models: a bug, not the user's input
+        return [*problems, _not_built(config, err)]
     problems.extend(host_memory_problems(config, env.profile, workspace.memory_limit_bytes))
     # the M that needs the least memory: one micro-batch of b samples, or with a fixed batch the most
     # micro-batches (B/M_max samples each; GPipe keeps all M in flight, 1F1B at best one)
@@ -398,6 +409,25 @@ def _check_data_and_memory(
         )
     )
     return problems
+
+
+def _not_built(config: ExperimentConfig, err: Exception) -> ConfigProblem:
+    """Whatever transformers raised building or measuring a model from a checkpoint or hf_config."""
+    m = config.model
+    value: str | None = m.pretrained_path
+    if m.pretrained_path is not None:
+        field, source = "model.pretrained_path", "the checkpoint's config.json"
+        fix = "fix config.json or save the model again with save_pretrained"
+    else:
+        field, source = ("model.hf_config", "model.hf_config") if m.hf_config else ("model", "its sizes")
+        fix = "change these fields"
+    reason = (str(err).splitlines() or [""])[0][:200]
+    return ConfigProblem(
+        field,
+        value,
+        f"transformers cannot build a {m.architecture} model from {source} "
+        f"({type(err).__name__}: {reason}); {fix}",
+    )
 
 
 def memory_problems(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,106 @@ def test_a_service_names_a_checkpoint_inside_its_data_directory(tmp_path: Path) 
             parse_config(data, service)
         problem = info.value.problems[0]
         assert problem.field == "model.pretrained_path" and message in problem.message, problem
+
+
+def _checkpoint(root: Path, name: str, **keys: Any) -> dict[str, Any]:
+    """A gpt2 checkpoint's config.json under ``root/name`` and a config that names it (pydoc-topics)."""
+    (root / name).mkdir(parents=True)
+    sizes = {"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 2, "vocab_size": 300}
+    (root / name / "config.json").write_text(json.dumps({**sizes, "n_positions": 64, **keys}))
+    data = _base()
+    data["model"] = {"source": "transformers", "architecture": "gpt2", "pretrained_path": name, "seq_len": 16}
+    data["data"]["dataset"] = "pydoc-topics"
+    return data
+
+
+def test_a_checkpoint_whose_sizes_are_refused_is_never_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collapipe_core import validation
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was built")
+
+    data = _checkpoint(tmp_path, "checkpoints/deep", n_layer=10**6)
+    monkeypatch.setattr(validation, "build_environment", refuse)
+    service = Workspace.service(tmp_path, PolicyRegistry(), max_file_bytes=2**20, memory_limit_bytes=None)
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, service)
+    [problem] = info.value.problems
+    assert problem.field == "model.pretrained_path" and problem.value == "checkpoints/deep"
+    assert "n_layer is 1000000, outside what CollaPipe builds: model.num_blocks must be at most 1024" in (
+        problem.message
+    )
+    assert str(tmp_path) not in problem.message
+
+
+@pytest.mark.parametrize(
+    ("keys", "raised"), [({"n_head": 0}, "at least 1"), ({"activation_function": "no"}, "KeyError")]
+)
+def test_a_checkpoint_transformers_cannot_build_is_a_problem_on_the_pretrained_path(
+    keys: dict[str, Any], raised: str, tmp_path: Path
+) -> None:
+    service = Workspace.service(tmp_path, PolicyRegistry(), max_file_bytes=2**20, memory_limit_bytes=None)
+    with pytest.raises(ConfigError) as info:
+        parse_config(_checkpoint(tmp_path, "checkpoints/odd", **keys), service)
+    [problem] = info.value.problems
+    assert problem.field == "model.pretrained_path" and raised in problem.message
+    assert str(tmp_path) not in problem.message
+
+
+def test_anything_raised_while_building_a_transformers_model_is_a_problem_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collapipe_core import validation
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise IndexError("list index out of range")  # e.g. measuring the profile of an odd model
+
+    data, builtin = _checkpoint(tmp_path, "checkpoints/odd"), _base()
+    monkeypatch.setattr(validation, "build_environment", crash)
+    service = Workspace.service(tmp_path, PolicyRegistry(), max_file_bytes=2**20, memory_limit_bytes=None)
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, service)
+    [problem] = info.value.problems
+    assert (
+        problem.field == "model.pretrained_path"
+        and "(IndexError: list index out of range)" in problem.message
+    )
+    with pytest.raises(IndexError):  # CollaPipe's own models: a bug, not the user's input
+        parse_config(builtin, service)
+
+
+def test_checkpoint_problems_name_the_config_s_path_never_the_server_s(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    root = tmp_path / "data"
+    data = _checkpoint(root, "checkpoints/linked")
+    (root / "checkpoints" / "linked" / "config.json").unlink()
+    (root / "checkpoints" / "linked" / "config.json").symlink_to(outside / "config.json")
+    service = Workspace.service(root, PolicyRegistry(), max_file_bytes=2**20, memory_limit_bytes=None)
+    with pytest.raises(ConfigError) as info:  # a config.json leaving the data directory is not read
+        parse_config(data, service)
+    [problem] = info.value.problems
+    assert problem.field == "model.pretrained_path"
+    assert "no file named 'checkpoints/linked/config.json' in the data directory" in problem.message
+    (root / "checkpoints" / "linked" / "config.json").unlink()
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, service)
+    [problem] = info.value.problems
+    assert (
+        problem.message.endswith(
+            "'checkpoints/linked' has no config.json; give a directory written by save_pretrained"
+        )
+        and str(tmp_path) not in problem.message
+    )
+
+
+def test_a_trace_with_a_huge_number_is_refused_naming_the_field(tmp_path: Path) -> None:
+    (tmp_path / "t.json").write_text('[{"round": ' + "9" * 5000 + ', "cluster": 0, "device": 0}]')
+    service = Workspace.service(tmp_path, PolicyRegistry(), max_file_bytes=2**20, memory_limit_bytes=None)
+    with pytest.raises(ConfigError) as info:
+        parse_config(_with("network.trace_file", "t.json"), service)
+    [problem] = info.value.problems
+    assert problem.field == "network.trace_file" and "not valid JSON" in problem.message
