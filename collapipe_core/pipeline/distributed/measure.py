@@ -139,13 +139,21 @@ class TensorBytesTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
 @dataclass
 class StepClock:
-    """Accumulates a rank's time over a round; ``forward_chunks_s`` etc. keep every micro-batch."""
+    """Accumulates a rank's time over a round; ``forward_chunks_s`` etc. keep every micro-batch.
+
+    The ``*_cpu_chunks_s`` lists are the same micro-batches' CPU time of the rank's thread (torch runs
+    one thread per rank): the compute without the time the thread waited for a core, which on a host
+    whose ranks share cores is what a stage would take with a core of its own.
+    """
 
     forward_chunks_s: list[float] = field(default_factory=list)
     backward_chunks_s: list[float] = field(default_factory=list)
     forward_starts_s: list[float] = field(default_factory=list)  # monotonic clock
     backward_starts_s: list[float] = field(default_factory=list)
-    loss_s: float = 0.0
+    forward_cpu_chunks_s: list[float] = field(default_factory=list)
+    backward_cpu_chunks_s: list[float] = field(default_factory=list)
+    loss_chunks_s: list[float] = field(default_factory=list)  # the edge server's loss, per micro-batch
+    loss_cpu_chunks_s: list[float] = field(default_factory=list)
     send_s: float = 0.0
     recv_s: float = 0.0
     step_s: float = 0.0
@@ -154,7 +162,22 @@ class StepClock:
 
     @property
     def compute_s(self) -> float:
-        return sum(self.forward_chunks_s) + sum(self.backward_chunks_s) + self.loss_s
+        return sum(self.forward_chunks_s) + sum(self.backward_chunks_s) + sum(self.loss_chunks_s)
+
+    def details(self) -> dict[str, list[float]]:
+        """The per-micro-batch and per-step timings a rank reports beside its figures."""
+        return {
+            "forward_chunks_s": list(self.forward_chunks_s),
+            "backward_chunks_s": list(self.backward_chunks_s),
+            "forward_starts_s": list(self.forward_starts_s),
+            "backward_starts_s": list(self.backward_starts_s),
+            "forward_cpu_chunks_s": list(self.forward_cpu_chunks_s),
+            "backward_cpu_chunks_s": list(self.backward_cpu_chunks_s),
+            "loss_chunks_s": list(self.loss_chunks_s),
+            "loss_cpu_chunks_s": list(self.loss_cpu_chunks_s),
+            "step_start_s": [s for s, _ in self.steps],
+            "step_end_s": [e for _, e in self.steps],
+        }
 
     def add_wait(self, kind: str, seconds: float) -> None:
         if kind == "send":
@@ -180,14 +203,15 @@ class StepClock:
 
 
 def timed(clock: StepClock, fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """``fn`` (the loss) with its time added to ``clock.loss_s``."""
+    """``fn`` (the loss) with each call's time added to ``clock.loss_chunks_s`` (and its CPU time)."""
 
     def run(*args: Any, **kwargs: Any) -> torch.Tensor:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         try:
             return fn(*args, **kwargs)
         finally:
-            clock.loss_s += time.perf_counter() - started
+            clock.loss_chunks_s.append(time.perf_counter() - started)
+            clock.loss_cpu_chunks_s.append(time.thread_time() - cpu)
 
     return run
 

@@ -195,20 +195,22 @@ class TimedStage(PipelineStage):
     def forward_one_chunk(self, fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
         if self.fault is not None:
             self.fault(fwd_chunk_id)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         self.clock.forward_starts_s.append(started)
         try:
             return super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
         finally:
             self.clock.forward_chunks_s.append(time.perf_counter() - started)
+            self.clock.forward_cpu_chunks_s.append(time.thread_time() - cpu)
 
     def backward_one_chunk(self, bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         self.clock.backward_starts_s.append(started)
         try:
             return super().backward_one_chunk(bwd_chunk_id, *args, **kwargs)
         finally:
             self.clock.backward_chunks_s.append(time.perf_counter() - started)
+            self.clock.backward_cpu_chunks_s.append(time.thread_time() - cpu)
 
 
 def build_schedule(

@@ -321,14 +321,7 @@ class RankWorker:
             measured["peak_rss_bytes"] = float(peak_rss)
             measured["peak_rss_delta_bytes"] = float(peak_rss - baseline_rss)
         report.measured = measured
-        report.details = {
-            "forward_chunks_s": list(clock.forward_chunks_s),
-            "backward_chunks_s": list(clock.backward_chunks_s),
-            "forward_starts_s": list(clock.forward_starts_s),
-            "backward_starts_s": list(clock.backward_starts_s),
-            "step_start_s": [s for s, _ in clock.steps],
-            "step_end_s": [e for _, e in clock.steps],
-        }
+        report.details = clock.details()
         report.optimizer_state = {
             names[i]: {k: _to_cpu(v) for k, v in entry.items()}
             for i, entry in optimizer.state_dict()["state"].items()

@@ -134,7 +134,8 @@ def test_a_fixed_micro_batch_gives_different_gradients_for_every_m(model: str) -
 @pytest.mark.distributed
 def test_the_distributed_executor_gives_the_same_step_for_m_1_and_4() -> None:
     """One pool of 5 ranks (float32): M = 1 (GPipe), then M = 4 under GPipe and 1F1B (4 stages) from the
-    same weights; each M really ran M micro-batches of B/M samples."""
+    same weights; each M really ran M micro-batches, each one's compute (wall and CPU time, the edge
+    server's loss apart) reported."""
     config = _config(
         "seq2seq",
         1,
@@ -152,8 +153,12 @@ def test_the_distributed_executor_gives_the_same_step_for_m_1_and_4() -> None:
             outcome = executor.execute(_state(config, 0, schedule), _decision(m))
             assert outcome.train_loss is not None
             steps[m, schedule] = (outcome.train_loss, dict(executor.last_gradients[0]))
-            for participant, details in executor.last_details.items():
-                assert len(details["forward_chunks_s"]) == m, participant
+            for participant, details in executor.last_details.items():  # each micro-batch timed
+                for key in ("forward", "backward", "forward_cpu", "backward_cpu"):
+                    assert len(details[f"{key}_chunks_s"]) == m, (participant, key)
+                    assert all(t > 0 for t in details[f"{key}_chunks_s"]), (participant, key)
+                losses = 0 if participant != "c0-edge" else m  # the edge server's loss, apart
+                assert len(details["loss_chunks_s"]) == len(details["loss_cpu_chunks_s"]) == losses
             assert outcome.measured["c0-cu"]["schedule_1f1b"] == (1.0 if schedule == "1f1b" else 0.0)
     reference = steps[1, "gpipe"]
     assert all(g.dtype == torch.float32 for g in reference[1].values())
