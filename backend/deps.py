@@ -133,9 +133,15 @@ def _credential(request: Request) -> Credential:
     raise Unauthenticated("log in (POST /api/auth/login) or send 'Authorization: Bearer <token>'")
 
 
-def _user_for(session: Session, credential: Credential, last_use: LastUse, idle_s: float) -> User:
+# what a session whose password an admin set may do until its user chose their own
+BEFORE_PASSWORD_CHANGE = frozenset({"/api/auth/password", "/api/auth/me", "/api/auth/logout"})
+
+
+def _user_for(session: Session, credential: Credential, last_use: LastUse, idle_s: float, path: str) -> User:
     """The credential's user, read now: a revoked token, an ended or idle session or a deleted user is
-    a 401. The use is noted in memory (``LastUse``), never written inside the request's transaction."""
+    a 401; a session whose user must change their password may reach only BEFORE_PASSWORD_CHANGE
+    (403 elsewhere; an API token is not a password and is unaffected). The use is noted in memory
+    (``LastUse``), never written inside the request's transaction."""
     if credential.kind == "token":
         user = users.user_for_token(session, credential.secret, last_use)
         if user is None:
@@ -144,13 +150,20 @@ def _user_for(session: Session, credential: Credential, last_use: LastUse, idle_
     user = users.user_for_session(session, credential.secret, last_use, idle_s)
     if user is None:
         raise Unauthenticated("the session expired or was ended; log in again")
+    if user.must_change_password and path not in BEFORE_PASSWORD_CHANGE:
+        raise Forbidden(
+            "your password was set by an administrator: choose your own first "
+            "(POST /api/auth/password, or 'Change password' in the dashboard)"
+        )
     return user
 
 
 def _current_user(request: Request, session: SessionDep) -> User:
     """The caller, from ``Authorization: Bearer <token>`` or else the session cookie; 401 if neither."""
     state = request.app.state
-    return _user_for(session, _credential(request), state.last_use, state.settings.session_idle_s)
+    return _user_for(
+        session, _credential(request), state.last_use, state.settings.session_idle_s, request.url.path
+    )
 
 
 CurrentUser = Annotated[User, Depends(_current_user)]
@@ -172,11 +185,12 @@ class StreamAccess:
         self.idle_s: float = state.settings.session_idle_s
         self.credential = _credential(request)
         self.role = role
+        self.path = request.url.path
 
     def check(self) -> User:
         """The caller; Unauthenticated or Forbidden unless they may still act (a short session)."""
         with self.session_factory() as session:
-            user = _user_for(session, self.credential, self.last_use, self.idle_s)
+            user = _user_for(session, self.credential, self.last_use, self.idle_s, self.path)
             if not users.has_role(user, self.role):
                 raise Forbidden(f"this needs the {self.role} role; you are {user.role}")
             return user

@@ -81,6 +81,19 @@ class Settings(BaseSettings):
     preflight_timeout_s: float = Field(
         default=10.0, gt=0, description="a pre-flight estimate still running after this is stopped (422)"
     )
+    validate_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="checking a config (POST /api/config/validate, and before a pre-flight: reading its data "
+        "files and building its model, in a child process of the API) still running after this is stopped "
+        "(422)",
+    )
+    check_memory_bytes: int = Field(
+        default=2 * 2**30,
+        ge=64 * 2**20,
+        description="memory the child processes that check configs and compute pre-flights may take beyond "
+        "their code (an address-space limit); a check that needs more gets a 422",
+    )
     readiness_timeout_s: float = Field(
         default=2.0, gt=0, description="/readyz: a database connection must be free within this"
     )
@@ -96,6 +109,14 @@ class Settings(BaseSettings):
         default=None, description="initial admin API token (stored hashed) for automation"
     )
     max_parallel_runs: int = Field(default=2, ge=1, description="local executor: runs at the same time")
+    max_active_runs_per_user: int = Field(
+        default=1000,
+        ge=1,
+        description="most runs one user may have queued or running, their studies' included (409 beyond)",
+    )
+    max_active_studies_per_user: int = Field(
+        default=10, ge=1, description="most studies with unfinished runs one user may have (409 beyond)"
+    )
     max_study_runs: int = Field(
         default=1000,
         ge=1,
@@ -113,7 +134,11 @@ class Settings(BaseSettings):
         "processes): on a host shared with the API, training then never delays the API or live streams; "
         "0 keeps the priority",
     )
-    cookie_secure: bool = Field(default=False, description="set Secure on the session cookie (HTTPS)")
+    cookie_secure: bool | None = Field(
+        default=None,
+        description="Secure on the session cookie (the browser sends it over HTTPS only); default: on "
+        "unless `host` is loopback. Set false only to serve browsers over plain HTTP on a trusted network",
+    )
     session_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0, description="browser session lifetime")
     login_failures_per_user: int = Field(
         default=5,
@@ -197,6 +222,11 @@ class Settings(BaseSettings):
         """Torch threads per Celery worker process: ``threads_per_run`` or 1 (concurrency gives
         parallelism; small models on many threads per process are slower than on one)."""
         return self.threads_per_run or 1
+
+    def session_cookie_secure(self) -> bool:
+        """``cookie_secure``, or on unless the server listens on loopback only (a dashboard served on
+        this machine over plain HTTP)."""
+        return self.cookie_secure if self.cookie_secure is not None else not self.is_loopback()
 
     def is_loopback(self) -> bool:
         """Whether ``host`` only accepts connections from this machine."""

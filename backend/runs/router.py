@@ -34,7 +34,7 @@ from backend.text_input import StoredStr
 LISTED_FIELDS = tuple(RunListItem.model_fields)
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=ERROR_RESPONSES)
 CONFLICT: dict[int | str, dict[str, Any]] = {
-    409: {"model": ErrorResponse, "description": "not allowed in the run's current status"}
+    409: {"model": ErrorResponse, "description": "not allowed in the run's current status, or past a cap"}
 }
 
 
@@ -46,9 +46,12 @@ def create_run(
     wake: WakeDep,
     dispatcher: DispatcherDep,
     workspace: WorkspaceDep,
+    settings: SettingsDep,
 ) -> RunDetail:
-    """Validate the config, store the run as queued; it is dispatched once this request commits."""
-    return RunDetail.model_validate(service.create(session, user, body, wake, dispatcher, workspace))
+    """Validate the config, store the run as queued; it is dispatched once this request commits.
+    409 when you already have COLLAPIPE_MAX_ACTIVE_RUNS_PER_USER runs queued or running."""
+    run = service.create(session, user, body, wake, dispatcher, workspace, settings.max_active_runs_per_user)
+    return RunDetail.model_validate(run)
 
 
 @router.get("")
@@ -75,17 +78,25 @@ def get_run(run_id: IdPath, session: SessionDep, _user: ViewerUser) -> RunView:
 
 
 @router.post("/{run_id}/cancel", responses=CONFLICT)
-def cancel_run(run_id: IdPath, session: SessionDep, _user: OperatorUser, wake: WakeDep) -> RunOut:
-    """Queued: cancelled at once. Running: stops after its current round (cancel_requested)."""
-    return RunOut.model_validate(service.cancel(session, run_id, wake))
+def cancel_run(run_id: IdPath, session: SessionDep, user: OperatorUser, wake: WakeDep) -> RunOut:
+    """Queued: cancelled at once. Running: stops after its current round (cancel_requested). The
+    run's owner or an admin only."""
+    return RunOut.model_validate(service.cancel(session, user, run_id, wake))
 
 
 @router.post("/{run_id}/resume", responses=CONFLICT)
 def resume_run(
-    run_id: IdPath, session: SessionDep, _user: OperatorUser, wake: WakeDep, dispatcher: DispatcherDep
+    run_id: IdPath,
+    session: SessionDep,
+    user: OperatorUser,
+    wake: WakeDep,
+    dispatcher: DispatcherDep,
+    settings: SettingsDep,
 ) -> RunOut:
-    """A failed or cancelled run is queued again and continues from its last checkpoint."""
-    return RunOut.model_validate(service.resume(session, run_id, wake, dispatcher))
+    """A failed or cancelled run is queued again and continues from its last checkpoint. The run's
+    owner or an admin only, within the owner's COLLAPIPE_MAX_ACTIVE_RUNS_PER_USER."""
+    run = service.resume(session, user, run_id, wake, dispatcher, settings.max_active_runs_per_user)
+    return RunOut.model_validate(run)
 
 
 @router.post("/{run_id}/fork", status_code=status.HTTP_201_CREATED)
@@ -97,9 +108,14 @@ def fork_run(
     wake: WakeDep,
     dispatcher: DispatcherDep,
     workspace: WorkspaceDep,
+    settings: SettingsDep,
 ) -> RunDetail:
-    """A new run starting from this run's state at round k, with another policy, V or segments."""
-    return RunDetail.model_validate(service.fork(session, user, run_id, body, wake, dispatcher, workspace))
+    """A new run starting from this run's state at round k, with another policy, V or segments; yours.
+    The run's owner or an admin only, within your COLLAPIPE_MAX_ACTIVE_RUNS_PER_USER."""
+    fork = service.fork(
+        session, user, run_id, body, wake, dispatcher, workspace, settings.max_active_runs_per_user
+    )
+    return RunDetail.model_validate(fork)
 
 
 @router.delete("/{run_id}", status_code=status.HTTP_204_NO_CONTENT, responses=CONFLICT)

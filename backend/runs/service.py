@@ -16,14 +16,16 @@ from sqlalchemy.orm import Session
 from backend.config_input import normalized, validated_config
 from backend.db.models import Run, User
 from backend.db.transaction import after_commit
-from backend.errors import Conflict, InvalidInput, NotFound
+from backend.errors import Conflict, Forbidden, InvalidInput, NotFound
 from backend.experiments import service as experiments
+from backend.runs import active_repository as active_repo
 from backend.runs import repository as repo
 from backend.runs.schemas import RunCreate, RunFork
 from backend.runtime import lifecycle
 from backend.runtime.dispatch import RunDispatcher
 from backend.runtime.execution import checkpoint_dir_for
 from backend.runtime.wake import Wake
+from backend.users import service as users
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.workspace import Workspace
 
@@ -45,6 +47,23 @@ def page(
     session: Session, statuses: Sequence[str], owner: str | None, search: str | None, limit: int, offset: int
 ) -> tuple[list[Row[Any]], int]:
     return repo.page(session, statuses, owner, search, limit, offset)
+
+
+def check_owner(actor: User, owner_id: int | None, what: str, action: str) -> None:
+    """Forbidden unless ``actor`` owns ``what`` or is an admin."""
+    if owner_id != actor.id and not users.has_role(actor, "admin"):
+        raise Forbidden(f"{what} is another user's; only its owner or an admin may {action} it")
+
+
+def check_room(session: Session, owner_id: int, new_runs: int, max_active: int) -> None:
+    """Conflict when ``new_runs`` more would give the owner more than ``max_active`` queued or running
+    runs (a study's runs count: one user cannot fill the queue for everyone)."""
+    active = active_repo.active_runs(session, owner_id)
+    if active + new_runs > max_active:
+        raise Conflict(
+            f"{active} queued or running runs already; {new_runs} more would pass the {max_active} one "
+            "user may have (COLLAPIPE_MAX_ACTIVE_RUNS_PER_USER): wait for some to finish or cancel some"
+        )
 
 
 def _launch(session: Session, run: Run, wake: Wake, dispatcher: RunDispatcher) -> Run:
@@ -78,7 +97,9 @@ def create(
     wake: Wake,
     dispatcher: RunDispatcher,
     workspace: Workspace,
+    max_active: int,
 ) -> Run:
+    check_room(session, owner.id, 1, max_active)
     if body.experiment_id is not None:
         experiment = experiments.get(session, body.experiment_id)
         config = validated_config(experiment.config, workspace, field="experiment.config")
@@ -89,18 +110,26 @@ def create(
     return _launch(session, run, wake, dispatcher)
 
 
-def cancel(session: Session, run_id: int, wake: Wake) -> Run:
-    """A queued run is cancelled at once; a running one is asked to stop after its current round."""
+def cancel(session: Session, actor: User, run_id: int, wake: Wake) -> Run:
+    """A queued run is cancelled at once; a running one is asked to stop after its current round.
+    Only its owner or an admin may cancel it."""
     run = get(session, run_id)
+    check_owner(actor, run.owner_id, f"run {run_id}", "cancel")
     if lifecycle.cancel(session, run_id, wake) is None:
         repo.refresh(session, run)
         raise Conflict(f"run {run_id} is {run.status}; only queued or running runs can be cancelled")
     return repo.refresh(session, run)
 
 
-def resume(session: Session, run_id: int, wake: Wake, dispatcher: RunDispatcher) -> Run:
-    """A failed or cancelled run goes back to the queue and continues from its last checkpoint."""
+def resume(
+    session: Session, actor: User, run_id: int, wake: Wake, dispatcher: RunDispatcher, max_active: int
+) -> Run:
+    """A failed or cancelled run goes back to the queue and continues from its last checkpoint. Only
+    its owner or an admin may resume it, within the owner's cap of queued or running runs."""
     run = get(session, run_id)
+    check_owner(actor, run.owner_id, f"run {run_id}", "resume")
+    if run.status in ("failed", "cancelled"):
+        check_room(session, run.owner_id if run.owner_id is not None else actor.id, 1, max_active)
     if not lifecycle.resume(session, run_id, wake):
         raise Conflict(f"run {run_id} is {run.status}; only failed or cancelled runs can be resumed")
     after_commit(session, lambda: dispatcher.enqueue(run_id))
@@ -115,9 +144,13 @@ def fork(
     wake: Wake,
     dispatcher: RunDispatcher,
     workspace: Workspace,
+    max_active: int,
 ) -> Run:
-    """A new run that starts from the parent's state at round k and switches policy/V from k on."""
+    """A new run that starts from the parent's state at round k and switches policy/V from k on. Only
+    the parent's owner or an admin may fork it; the fork is theirs."""
     parent = get(session, run_id)
+    check_owner(owner, parent.owner_id, f"run {run_id}", "fork")
+    check_room(session, owner.id, 1, max_active)
     k = body.round
     if k > parent.rounds_done or k >= parent.total_rounds:
         latest = min(parent.rounds_done, parent.total_rounds - 1)

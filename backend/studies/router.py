@@ -86,8 +86,9 @@ def create_study(
     settings: SettingsDep,
 ) -> StudyOut:
     """Check the whole study (one 422 naming every bad cell; nothing stored), then store it with all
-    its runs queued; they are dispatched once this request commits, ``concurrency`` at a time."""
-    study = service.create(session, user, body, wake, dispatcher, workspace, settings.max_study_runs)
+    its runs queued; they are dispatched once this request commits, ``concurrency`` at a time. 409
+    past your COLLAPIPE_MAX_ACTIVE_STUDIES_PER_USER or COLLAPIPE_MAX_ACTIVE_RUNS_PER_USER."""
+    study = service.create(session, user, body, wake, dispatcher, workspace, service.StudyCaps.of(settings))
     return summary.outs(session, [study])[0]
 
 
@@ -136,18 +137,25 @@ def get_study_series(
 
 
 @router.post("/{study_id}/cancel")
-def cancel_study(study_id: IdPath, session: SessionDep, _user: OperatorUser, wake: WakeDep) -> StudyActionOut:
-    """Every unfinished run: queued ones are cancelled at once, running ones stop after their round."""
-    changed = service.cancel(session, study_id, wake)
+def cancel_study(study_id: IdPath, session: SessionDep, user: OperatorUser, wake: WakeDep) -> StudyActionOut:
+    """Every unfinished run: queued ones are cancelled at once, running ones stop after their round.
+    The study's owner or an admin only."""
+    changed = service.cancel(session, user, study_id, wake)
     return StudyActionOut(study=_out(session, study_id), runs_changed=changed)
 
 
 @router.post("/{study_id}/resume")
 def resume_study(
-    study_id: IdPath, session: SessionDep, _user: OperatorUser, wake: WakeDep, dispatcher: DispatcherDep
+    study_id: IdPath,
+    session: SessionDep,
+    user: OperatorUser,
+    wake: WakeDep,
+    dispatcher: DispatcherDep,
+    settings: SettingsDep,
 ) -> StudyActionOut:
-    """Every failed or cancelled run is queued again and continues from its last checkpoint."""
-    changed = service.resume(session, study_id, wake, dispatcher)
+    """Every failed or cancelled run is queued again and continues from its last checkpoint. The
+    study's owner or an admin only, within the owner's COLLAPIPE_MAX_ACTIVE_RUNS_PER_USER."""
+    changed = service.resume(session, user, study_id, wake, dispatcher, settings.max_active_runs_per_user)
     return StudyActionOut(study=_out(session, study_id), runs_changed=changed)
 
 

@@ -13,12 +13,14 @@ from sqlalchemy.orm import Session
 from backend.config_input import validated_config
 from backend.db.models import Run, Study, User
 from backend.db.transaction import after_commit
-from backend.errors import InvalidConfig, InvalidInput, NotFound
+from backend.errors import Conflict, InvalidConfig, InvalidInput, NotFound
 from backend.experiments import service as experiments
-from backend.runs.service import new_run
+from backend.runs import active_repository as active_repo
+from backend.runs.service import check_owner, check_room, new_run
 from backend.runtime import lifecycle
 from backend.runtime.dispatch import RunDispatcher
 from backend.runtime.wake import Wake
+from backend.settings import Settings
 from backend.studies import grid
 from backend.studies import repository as repo
 from backend.studies.grid import SEED, Axis, Cell, PlannedRun
@@ -26,6 +28,20 @@ from backend.studies.schemas import StudyBase, StudyCreate
 from backend.text_input import nul_paths
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class StudyCaps:
+    max_study_runs: int  # runs one study may create
+    max_active_runs: int  # queued or running runs one user may have
+    max_active_studies: int  # unfinished studies one user may have
+
+    @staticmethod
+    def of(settings: Settings) -> StudyCaps:
+        return StudyCaps(
+            settings.max_study_runs, settings.max_active_runs_per_user, settings.max_active_studies_per_user
+        )
+
 
 MAX_DETAILS = 100  # a refused study lists at most this many problems (the message gives the count)
 MAX_EXPANDED_BYTES = 64 * 2**20  # the runs' configs together, as JSON: a bound on what one request builds
@@ -234,19 +250,27 @@ def create(
     wake: Wake,
     dispatcher: RunDispatcher,
     workspace: Workspace,
-    max_runs: int,
+    caps: StudyCaps,
 ) -> Study:
     """Check the whole study (axes, bases, baseline, every run's config), then store it and its runs
-    queued; the executor gets them once the request commits."""
+    queued; the executor gets them once the request commits. Within the owner's caps of unfinished
+    studies and of queued or running runs."""
+    active = active_repo.active_studies(session, owner.id)
+    if active >= caps.max_active_studies:
+        raise Conflict(
+            f"you have {active} studies with runs still queued or running, the most one user may have "
+            "(COLLAPIPE_MAX_ACTIVE_STUDIES_PER_USER): wait for one to finish or cancel one"
+        )
     bad = nul_paths(body.model_dump(mode="json"))
     if bad:
         raise _refuse(
             "the study contains NUL characters", [_problem(p, None, "must not contain NUL") for p in bad]
         )
-    axes = _check_axes(body, max_runs)
+    axes = _check_axes(body, caps.max_study_runs)
     bases = _bases(session, body.bases)
     _check_baseline(body.baseline, axes, bases)
     plan = grid.expand([b.name for b in bases], axes, body.mode)
+    check_room(session, owner.id, len(plan.runs), caps.max_active_runs)
     _check_size(bases, axes, plan)
     configs = _run_configs(bases, axes, plan, workspace)
     study = Study(
@@ -287,16 +311,24 @@ def _enqueue(dispatcher: RunDispatcher, run_ids: list[int]) -> None:
         dispatcher.enqueue(run_id)
 
 
-def cancel(session: Session, study_id: int, wake: Wake) -> int:
-    """Every unfinished run: queued ones cancelled now, running ones stop after their round."""
-    ensure_exists(session, study_id)
+def cancel(session: Session, actor: User, study_id: int, wake: Wake) -> int:
+    """Every unfinished run: queued ones cancelled now, running ones stop after their round. Only the
+    study's owner or an admin may cancel it."""
+    study = get(session, study_id)
+    check_owner(actor, study.owner_id, f"study {study_id}", "cancel")
     cancelled, asked = lifecycle.cancel_study(session, study_id, wake)
     return cancelled + asked
 
 
-def resume(session: Session, study_id: int, wake: Wake, dispatcher: RunDispatcher) -> int:
-    """Every failed or cancelled run back to the queue (each continues from its checkpoint)."""
-    ensure_exists(session, study_id)
+def resume(
+    session: Session, actor: User, study_id: int, wake: Wake, dispatcher: RunDispatcher, max_active: int
+) -> int:
+    """Every failed or cancelled run back to the queue (each continues from its checkpoint). Only the
+    study's owner or an admin may resume it, within the owner's cap of queued or running runs."""
+    study = get(session, study_id)
+    check_owner(actor, study.owner_id, f"study {study_id}", "resume")
+    owner_id = study.owner_id if study.owner_id is not None else actor.id
+    check_room(session, owner_id, active_repo.resumable_study_runs(session, study_id), max_active)
     run_ids = lifecycle.resume_study(session, study_id, wake)
     after_commit(session, lambda: _enqueue(dispatcher, run_ids))
     return len(run_ids)

@@ -137,8 +137,12 @@ def delete_session(session: Session, token_hash: str) -> None:
     session.execute(delete(BrowserSession).where(BrowserSession.token_hash == token_hash))
 
 
-def delete_user_sessions(session: Session, user_id: int) -> None:
-    session.execute(delete(BrowserSession).where(BrowserSession.user_id == user_id))
+def delete_user_sessions(session: Session, user_id: int, keep: str | None = None) -> None:
+    """End the user's sessions, but the one whose hash is ``keep``."""
+    query = delete(BrowserSession).where(BrowserSession.user_id == user_id)
+    if keep is not None:
+        query = query.where(BrowserSession.token_hash != keep)
+    session.execute(query)
 
 
 def delete_expired_sessions(session: Session, now: datetime) -> None:

@@ -87,7 +87,7 @@ def login(
         max_age=int(settings.session_ttl_s),
         httponly=True,
         samesite="lax",
-        secure=settings.cookie_secure,
+        secure=settings.session_cookie_secure(),
         path="/",
     )
     return UserOut.model_validate(user)
@@ -108,9 +108,21 @@ def me(user: CurrentUser) -> UserOut:
     return UserOut.model_validate(user)
 
 
-@auth_router.post("/password", status_code=status.HTTP_204_NO_CONTENT)
-def change_password(body: PasswordChange, session: SessionDep, user: CurrentUser) -> Response:
-    service.change_password(session, user, body.current_password, body.new_password)
+@auth_router.post("/password", status_code=status.HTTP_204_NO_CONTENT, responses=THROTTLED)
+def change_password(
+    body: PasswordChange, request: Request, session: SessionDep, user: CurrentUser
+) -> Response:
+    """Choose your own password (the current one proves it is you). Your other browser sessions end
+    (this one stays); ``revoke_tokens`` also revokes every API token of yours. Clears
+    ``must_change_password``: until then a session may use only this, /me and logout."""
+    service.change_password(
+        session,
+        user,
+        body,
+        request.cookies.get(SESSION_COOKIE),
+        request.app.state.login_guard,
+        client_address(request),
+    )
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 

@@ -33,7 +33,12 @@ class UserOut(BaseModel):
 
 class UserCreate(StrictBody):
     username: str = Field(pattern=USERNAME_PATTERN, description="letters, digits and _ . @ -")
-    password: str = Field(min_length=8, max_length=1024)
+    password: str = Field(
+        min_length=8,
+        max_length=1024,
+        description="the initial password (the user must choose their own at first login): not a "
+        "common password, not the user name, at least 4 different characters",
+    )
     role: Role = "viewer"
 
 
@@ -44,7 +49,12 @@ class UserUpdate(StrictBody):
 
 class PasswordChange(StrictBody):
     current_password: str = Field(min_length=1, max_length=1024)
-    new_password: str = Field(min_length=8, max_length=1024)
+    new_password: str = Field(
+        min_length=8,
+        max_length=1024,
+        description="not a common password, not the user name, at least 4 different characters",
+    )
+    revoke_tokens: bool = Field(default=False, description="also revoke every API token of yours")
 
 
 class TokenCreate(StrictBody):

@@ -16,6 +16,60 @@ _hasher = PasswordHasher()
 
 TOKEN_PREFIX = "cp_"
 MIN_PASSWORD_LENGTH = 8
+MIN_DISTINCT_CHARACTERS = 4
+# the passwords tried first by anyone guessing (lower case; a password is compared in lower case)
+COMMON_PASSWORDS = frozenset(
+    (
+        "password",
+        "password1",
+        "password123",
+        "passw0rd",
+        "p@ssw0rd",
+        "12345678",
+        "123456789",
+        "1234567890",
+        "87654321",
+        "11111111",
+        "00000000",
+        "qwertyui",
+        "qwertyuiop",
+        "qwerty123",
+        "asdfghjk",
+        "azertyui",
+        "abcdefgh",
+        "abcd1234",
+        "abc12345",
+        "iloveyou",
+        "letmein1",
+        "welcome1",
+        "welcome123",
+        "admin123",
+        "administrator",
+        "changeme",
+        "changeme1",
+        "trustno1",
+        "football",
+        "baseball",
+        "sunshine",
+        "princess",
+        "superman",
+        "starwars",
+        "whatever",
+        "collapipe",
+    )
+)
+
+
+def password_problem(password: str, username: str) -> str | None:
+    """Why ``password`` is too easy to guess for ``username`` (None: it is not)."""
+    lowered = password.lower()
+    if (len(username) >= 3 and username.lower() in lowered) or lowered in username.lower():
+        return "contains the user name; choose one that does not"
+    if lowered in COMMON_PASSWORDS:
+        return "is one of the most common passwords; choose another"
+    if len(set(lowered)) < MIN_DISTINCT_CHARACTERS:
+        return f"uses fewer than {MIN_DISTINCT_CHARACTERS} different characters; choose a less repetitive one"
+    return None
 
 
 def hash_password(password: str) -> str:

@@ -14,7 +14,7 @@ from backend.users import repository as repo
 from backend.users import security
 from backend.users.last_use import LastUse
 from backend.users.login_guard import LoginGuard
-from backend.users.schemas import UserCreate, UserUpdate
+from backend.users.schemas import PasswordChange, UserCreate, UserUpdate
 from backend.users.security import hash_password, hash_secret, new_password, new_secret
 
 ROLE_RANK = {role: rank for rank, role in enumerate(ROLES)}
@@ -94,10 +94,26 @@ def list_users(session: Session) -> list[User]:
     return repo.list_users(session)
 
 
+def check_password(password: str, username: str, field: str) -> None:
+    """InvalidInput naming ``field`` when the password is too easy to guess."""
+    problem = security.password_problem(password, username)
+    if problem is not None:
+        raise InvalidInput(
+            f"{field} {problem}", [{"field": field, "value": None, "message": f"the password {problem}"}]
+        )
+
+
 def create_user(session: Session, body: UserCreate) -> User:
+    """A new user with the password an admin chose: they must choose their own at first login."""
+    check_password(body.password, body.username, "password")
     if repo.get_user_by_name(session, body.username) is not None:
         raise Conflict(f"username {body.username!r} is taken; choose another")
-    user = User(username=body.username, password_hash=hash_password(body.password), role=body.role)
+    user = User(
+        username=body.username,
+        password_hash=hash_password(body.password),
+        role=body.role,
+        must_change_password=True,
+    )
     return repo.add_user(session, user)
 
 
@@ -111,6 +127,7 @@ def update_user(session: Session, actor: User, user_id: int, body: UserUpdate) -
         user.role = body.role
         repo.delete_user_sessions(session, user.id)
     if body.password is not None:
+        check_password(body.password, user.username, "password")
         user.password_hash = hash_password(body.password)
         user.must_change_password = True  # set by an admin: the user should choose their own
         repo.delete_user_sessions(session, user.id)
@@ -143,19 +160,36 @@ def deactivate_user(session: Session, actor: User, user_id: int) -> User:
     return user
 
 
-def change_password(session: Session, user: User, current: str, new: str) -> None:
-    if not security.verify_password(user.password_hash, current):
+def change_password(
+    session: Session,
+    user: User,
+    body: PasswordChange,
+    kept_session: str | None,
+    guard: LoginGuard,
+    client: str,
+) -> None:
+    """Set the user's own password (the current one proves it is them; wrong guesses count as failed
+    logins). Every other session of theirs ends, and with ``revoke_tokens`` every API token."""
+    guard.check(client, user.username)
+    with guard.checking():
+        matches = security.verify_password(user.password_hash, body.current_password)
+    if not matches:
+        guard.failed(client, user.username)
         raise InvalidInput(
             "current_password is wrong",
             [{"field": "current_password", "value": None, "message": "does not match"}],
         )
-    if current == new:
+    if body.current_password == body.new_password:
         raise InvalidInput(
             "new_password must differ from the current one",
             [{"field": "new_password", "value": None, "message": "same as current_password"}],
         )
-    user.password_hash = hash_password(new)
+    check_password(body.new_password, user.username, "new_password")
+    user.password_hash = hash_password(body.new_password)
     user.must_change_password = False
+    repo.delete_user_sessions(session, user.id, keep=hash_secret(kept_session) if kept_session else None)
+    if body.revoke_tokens:
+        repo.revoke_user_tokens(session, user.id, utcnow())
     session.flush()
 
 

@@ -59,6 +59,14 @@ function render() {
     currentView = mountLogin(main, { onLogin: start });
     return;
   }
+  if (user().must_change_password) {
+    // the API refuses this session everything else until its user chose their own password
+    main.append(h('section.panel', { id: 'choose-password' },
+      h('h1', {}, 'Choose your password'),
+      h('p', {}, 'Your password was set by an administrator. Choose your own to continue.'),
+      h('button.btn.btn-primary', { type: 'button', onclick: choosePassword }, 'Choose your password')));
+    return;
+  }
   const target = route();
   for (const link of header.querySelectorAll('[data-nav]')) {
     if (link.dataset.nav === target.nav) link.setAttribute('aria-current', 'page');
@@ -79,11 +87,17 @@ function renderHeader() {
   document.getElementById('user-name').textContent = me.username;
   document.getElementById('user-role').textContent = me.role;
   for (const item of header.querySelectorAll('[data-min-role]')) item.hidden = !can(item.dataset.minRole);
-  const banner = document.getElementById('banner');
-  banner.hidden = !me.must_change_password;
-  if (me.must_change_password) {
-    banner.textContent = 'Your password was set by an administrator: choose your own with “Change password” at the top right.';
-  }
+  header.querySelector('nav').hidden = me.must_change_password;
+}
+
+function choosePassword() {
+  openPasswordDialog({
+    onChanged() {
+      setUser({ ...user(), must_change_password: false });
+      renderHeader();
+      render();
+    },
+  });
 }
 
 async function start() {
@@ -92,14 +106,7 @@ async function start() {
   render();
 }
 
-document.getElementById('change-password').addEventListener('click', () => {
-  openPasswordDialog({
-    onChanged() {
-      setUser({ ...user(), must_change_password: false });
-      renderHeader();
-    },
-  });
-});
+document.getElementById('change-password').addEventListener('click', choosePassword);
 
 document.getElementById('logout').addEventListener('click', async () => {
   try {

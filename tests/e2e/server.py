@@ -179,7 +179,19 @@ def _wait_healthy(server: Server, timeout_s: float = 60) -> None:
 
 
 def create_users(server: Server) -> None:
+    """A user of each role, created by the admin as an operator would; each then chooses their own
+    password (PASSWORDS), as the service requires before anything else."""
     with server.client() as client:
         for role, username in USERNAMES.items():
-            body = {"username": username, "password": PASSWORDS[role], "role": role}
+            initial = f"initial {PASSWORDS[role]}"
+            body = {"username": username, "password": initial, "role": role}
             client.post("/api/users", json=body).raise_for_status()
+            choose_password(server, username, initial, PASSWORDS[role])
+
+
+def choose_password(server: Server, username: str, current: str, new: str) -> None:
+    """Sign in as ``username`` and replace the password an admin set with ``new``."""
+    with httpx.Client(base_url=server.url, timeout=30) as browser:
+        browser.post("/api/auth/login", json={"username": username, "password": current}).raise_for_status()
+        body = {"current_password": current, "new_password": new}
+        browser.post("/api/auth/password", json=body, headers={"X-CollaPipe": "1"}).raise_for_status()

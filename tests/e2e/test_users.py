@@ -40,13 +40,23 @@ def test_admin_creates_a_viewer_who_sees_no_launch_or_admin_control(
     admin = login("admin")
     admin.get_by_role("link", name="Users").click()
     expect(admin.get_by_role("heading", name="Users", exact=True)).to_be_visible()
-    _create_user(admin, "vic", "vic-password-1", "viewer")
+    _create_user(admin, "vic", "sunny-meadow-41", "viewer")
     row = admin.locator("tr[data-user='vic']")
     expect(row.get_by_label("Role of vic")).to_have_value("viewer")
     expect(row.locator("[data-col='status']")).to_have_text("active")
     screenshot(admin, "users-created")
 
-    viewer = login("viewer", username="vic", password="vic-password-1")
+    viewer = login("viewer", username="vic", password="sunny-meadow-41")
+    # a password an admin set: vic must choose their own before anything else
+    expect(viewer.get_by_role("heading", name="Choose your password")).to_be_visible()
+    expect(viewer.get_by_role("link", name="Runs")).to_be_hidden()
+    viewer.get_by_role("button", name="Choose your password").click()
+    dialog = viewer.get_by_role("dialog", name="Change your password")
+    dialog.get_by_label("Current password").fill("sunny-meadow-41")
+    dialog.get_by_label("New password", exact=True).fill("quiet-harbor-52")
+    dialog.get_by_label("New password again").fill("quiet-harbor-52")
+    dialog.get_by_role("button", name="Change password").click()
+    expect(viewer.get_by_role("link", name="Runs")).to_be_visible()
     expect(viewer.get_by_role("link", name="Launch", exact=True)).to_be_hidden()
     expect(viewer.get_by_role("link", name="Users")).to_be_hidden()
     expect(viewer.get_by_role("link", name="Launch a run")).to_have_count(0)
@@ -65,33 +75,33 @@ def test_admin_creates_a_viewer_who_sees_no_launch_or_admin_control(
     admin.get_by_role("dialog").get_by_role("button", name="Deactivate").click()
     expect(row.locator("[data-col='status']")).to_have_text("deactivated")
     expect(row.locator("[data-action]")).to_have_count(0)
-    _login_is_refused(browser, server, "vic", "vic-password-1")
+    _login_is_refused(browser, server, "vic", "quiet-harbor-52")
 
 
 def test_a_user_changes_their_password_from_the_header(
     login: Login, server: Server, browser: Browser
 ) -> None:
     with server.client() as client:
-        body = {"username": "pat", "password": "pat-password-1", "role": "operator"}
+        body = {"username": "pat", "password": "orange-kettle-7", "role": "operator"}
         client.post("/api/users", json=body).raise_for_status()
-    page = login("operator", username="pat", password="pat-password-1")
+    page = login("operator", username="pat", password="orange-kettle-7")
 
     page.get_by_role("button", name="Change password").click()
     dialog = page.get_by_role("dialog", name="Change your password")
     dialog.get_by_label("Current password").fill("not it at all")
-    dialog.get_by_label("New password", exact=True).fill("pat-password-2")
-    dialog.get_by_label("New password again").fill("pat-password-2")
+    dialog.get_by_label("New password", exact=True).fill("orange-kettle-8")
+    dialog.get_by_label("New password again").fill("orange-kettle-8")
     dialog.get_by_role("button", name="Change password").click()
     expect(dialog.get_by_role("alert")).to_have_text("The current password is wrong.")
-    dialog.get_by_label("Current password").fill("pat-password-1")
+    dialog.get_by_label("Current password").fill("orange-kettle-7")
     dialog.get_by_role("button", name="Change password").click()
     expect(dialog).to_have_count(0)
     expect(page.locator("#toast")).to_have_text("Password changed.")
     page.get_by_role("button", name="Log out").click()
     expect(page.locator("#app-header")).to_be_hidden()
 
-    _login_is_refused(browser, server, "pat", "pat-password-1")
-    again = login("operator", username="pat", password="pat-password-2")
+    _login_is_refused(browser, server, "pat", "orange-kettle-7")
+    again = login("operator", username="pat", password="orange-kettle-8")
     expect(again.locator("#user-name")).to_have_text("pat")
 
 

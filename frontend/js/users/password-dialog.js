@@ -1,5 +1,7 @@
-// "Change password" from the header, for every signed-in user: POST /api/auth/password with the
-// current and the new password. Sessions stay signed in; the banner asking for a change goes away.
+// "Change password" from the header, for every signed-in user, and "Choose your password" for a user
+// whose password an admin set (the API refuses their session everything else until then):
+// POST /api/auth/password with the current and the new password. This session stays signed in, the
+// user's other sessions end; "Also revoke my API tokens" revokes every token of theirs.
 
 import { post } from '../api.js';
 import { h, uid, toast } from '../dom.js';
@@ -9,6 +11,7 @@ export function openPasswordDialog({ onChanged }) {
   const current = h('input', { id: ids.current, type: 'password', autocomplete: 'current-password', required: true });
   const next = h('input', { id: ids.next, type: 'password', autocomplete: 'new-password', required: true, minlength: 8 });
   const again = h('input', { id: ids.again, type: 'password', autocomplete: 'new-password', required: true });
+  const revoke = h('input', { id: uid('pw-revoke'), type: 'checkbox' });
   const error = h('p.field-error', { id: ids.error, role: 'alert', hidden: true });
   const save = h('button.btn.btn-primary', { type: 'submit' }, 'Change password');
   const cancel = h('button.btn', { type: 'button' }, 'Cancel');
@@ -16,8 +19,10 @@ export function openPasswordDialog({ onChanged }) {
     h('h2', {}, 'Change your password'),
     h('div.control', {}, h('label', { for: ids.current }, 'Current password'), current),
     h('div.control', {}, h('label', { for: ids.next }, 'New password'), next,
-      h('span.small.muted', {}, 'At least 8 characters.')),
+      h('span.small.muted', {}, 'At least 8 characters; not a common password, not your user name.')),
     h('div.control', {}, h('label', { for: ids.again }, 'New password again'), again),
+    h('p.small.muted', {}, 'Your other browser sessions end.'),
+    h('div.control.control-inline', {}, revoke, h('label', { for: revoke.id }, 'Also revoke my API tokens')),
     error,
     h('div.row', {}, save, cancel));
   const dialog = h('dialog', { 'aria-label': 'Change your password', id: 'password-dialog' }, form);
@@ -35,7 +40,7 @@ export function openPasswordDialog({ onChanged }) {
     }
     save.disabled = true;
     try {
-      await post('/api/auth/password', { current_password: current.value, new_password: next.value });
+      await post('/api/auth/password', { current_password: current.value, new_password: next.value, revoke_tokens: revoke.checked });
       dialog.close();
       toast('Password changed.');
       onChanged();
