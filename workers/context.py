@@ -14,7 +14,7 @@ from functools import lru_cache
 import redis
 from sqlalchemy import Engine
 
-from backend.db.engine import make_engine, make_session_factory
+from backend.db.engine import EXECUTOR_LIMITS, make_engine, make_session_factory
 from backend.runtime.celery_dispatch import CeleryRunExecutor
 from backend.runtime.dispatch_ledger import DispatchLedger
 from backend.runtime.lifecycle import RunStore
@@ -56,7 +56,7 @@ def worker_context() -> WorkerContext:
         from workers.celery_app import app  # the app imports this module for its settings
 
         settings = get_worker_settings()
-        engine = make_engine(settings.database_url)
+        engine = make_engine(settings.database_url, EXECUTOR_LIMITS)
         factory = make_session_factory(engine)
         wake = RedisWake(settings.redis_url, settings.redis_key_prefix)
         client = redis.Redis.from_url(settings.redis_url, decode_responses=True)

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from types import FrameType
 
-from backend.db.engine import make_engine, make_session_factory
+from backend.db.engine import EXECUTOR_LIMITS, make_engine, make_session_factory
 from backend.runtime import lifecycle
 from backend.runtime.celery_dispatch import CeleryRunExecutor
 from backend.runtime.lifecycle import RunStore
@@ -82,7 +82,7 @@ class Reaper:
 
 
 def build_reaper(settings: Settings) -> Reaper:
-    factory = make_session_factory(make_engine(settings.database_url))
+    factory = make_session_factory(make_engine(settings.database_url, EXECUTOR_LIMITS))
     store = RunStore(factory, RedisWake(settings.redis_url, settings.redis_key_prefix))
     return Reaper(store, CeleryRunExecutor.from_settings(settings, factory))
 

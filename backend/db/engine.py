@@ -1,9 +1,11 @@
-"""Engines and session factories. SQLite gets WAL, a busy timeout and enforced foreign keys."""
+"""Engines and session factories. SQLite gets WAL, a busy timeout and enforced foreign keys; on
+PostgreSQL the processes that execute runs get ``EXECUTOR_LIMITS`` on every connection."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, exc, text
@@ -17,12 +19,34 @@ PING_AFTER_IDLE_S = 1.0
 _RETURNED_AT = "returned_at"
 
 
-def make_engine(database_url: str, **kwargs: Any) -> Engine:
+@dataclass(frozen=True)
+class SessionLimits:
+    """PostgreSQL limits set on every connection of an engine.
+
+    ``idle_in_transaction_s``: the server ends a session that sits inside a transaction this long
+    without sending a statement (a process frozen mid-transaction: SIGSTOP, a debugger, swap), which
+    releases every lock it held. ``lock_timeout_s``: a statement that waits this long for a lock fails
+    instead of waiting on.
+    """
+
+    idle_in_transaction_s: float
+    lock_timeout_s: float
+
+
+# the Celery workers, the local executor's run processes and the reaper: their transactions are a
+# few statements in a row, so a longer pause means the process is stuck, and must not keep others
+# waiting on the locks it holds (a run's row, a study's row); a frozen holder is ended before a
+# waiter gives up, so the lock timeout only bounds waits behind statements that run long
+EXECUTOR_LIMITS = SessionLimits(idle_in_transaction_s=15.0, lock_timeout_s=30.0)
+
+
+def make_engine(database_url: str, limits: SessionLimits | None = None, **kwargs: Any) -> Engine:
     """An engine for ``database_url``; on SQLite every connection runs the PRAGMAs below.
 
     On a server database a connection that sat idle in the pool for more than ``PING_AFTER_IDLE_S``
     is pinged when checked out, and replaced if the ping fails (the database restarted, a proxy
     dropped it). Unlike ``pool_pre_ping`` this spares a round trip per request under steady load.
+    ``limits`` are set on each new connection (PostgreSQL; SQLite has one writer and its busy timeout).
     """
     if database_url.startswith("sqlite"):
         engine = create_engine(database_url, connect_args={"check_same_thread": False}, **kwargs)
@@ -31,7 +55,20 @@ def make_engine(database_url: str, **kwargs: Any) -> Engine:
     engine = create_engine(database_url, **kwargs)
     event.listen(engine, "checkin", _stamp_return)
     event.listen(engine, "checkout", _ping_if_idle(engine))
+    if limits is not None:
+        event.listen(engine, "connect", _set_limits(limits))
     return engine
+
+
+def _set_limits(limits: SessionLimits) -> Callable[[Any, Any], None]:
+    def set_limits(dbapi_connection: Any, _record: Any) -> None:
+        idle_ms, lock_ms = round(limits.idle_in_transaction_s * 1000), round(limits.lock_timeout_s * 1000)
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET idle_in_transaction_session_timeout = {idle_ms}")
+            cursor.execute(f"SET lock_timeout = {lock_ms}")
+        dbapi_connection.commit()  # a SET inside a transaction that rolls back would be undone
+
+    return set_limits
 
 
 def _stamp_return(_dbapi_connection: Any, record: Any) -> None:

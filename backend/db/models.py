@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    DDL,
     JSON,
     BigInteger,
     Boolean,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
@@ -228,14 +230,19 @@ class DeviceMetric(Base):
 
 class RunEvent(Base):
     """The outbox: every live event, written by the run lifecycle in the same transaction as the state
-    it reports (backend.runtime.lifecycle). SSE event ids are these ids, never reused; ``kind='status'``
-    rows also feed the stream of all runs' status changes. Kept as long as their run."""
+    it reports (backend.runtime.lifecycle); ``kind='status'`` rows also feed the stream of all runs'
+    status changes. Kept as long as their run.
+
+    ``position`` is the event's SSE id, given by the database when the event's transaction commits, in
+    commit order and never reused, so a reader that has seen position N never later finds a smaller one
+    committed (``OUTBOX_ORDER``). ``id`` only identifies the row."""
 
     __tablename__ = "run_events"
     __table_args__ = (
-        Index("ix_run_events_run_id_id", "run_id", "id"),
-        Index("ix_run_events_kind_id", "kind", "id"),
-        {"sqlite_autoincrement": True},  # ids never reused: they are SSE event ids
+        Index("ix_run_events_position", "position", unique=True),
+        Index("ix_run_events_run_id_position", "run_id", "position"),
+        Index("ix_run_events_kind_position", "kind", "position"),
+        {"sqlite_autoincrement": True},  # ids never reused: on SQLite the position is the id
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -243,6 +250,41 @@ class RunEvent(Base):
     kind: Mapped[str] = mapped_column(String(16))
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    position: Mapped[int | None] = mapped_column(BigInteger)  # None until committed
+
+
+OUTBOX_ORDER_LOCK = 7_151_023_977
+"""The key of the transaction-scoped advisory lock under which PostgreSQL numbers committed events."""
+
+OUTBOX_ORDER: dict[str, tuple[str, ...]] = {
+    # A deferred constraint trigger runs inside COMMIT, after the transaction's last statement: it
+    # takes the advisory lock (released once the commit is visible) and draws each event's position,
+    # so positions follow commit order. The lock is held only while the server executes the COMMIT:
+    # a writer frozen between its statements (SIGSTOP, a long pause) holds it never, and delays no
+    # other writer.
+    "postgresql": (
+        "CREATE SEQUENCE run_events_position_seq OWNED BY run_events.position",
+        f"""CREATE FUNCTION run_events_number() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock({OUTBOX_ORDER_LOCK});
+    UPDATE run_events SET position = nextval('run_events_position_seq') WHERE id = NEW.id;
+    RETURN NULL;
+END $$""",
+        "CREATE CONSTRAINT TRIGGER run_events_position AFTER INSERT ON run_events "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION run_events_number()",
+    ),
+    # SQLite serialises writers (a transaction holds the write lock from its first write to its
+    # commit): ids commit in order, and the position is the id. A batch rebuild of run_events in a
+    # migration drops this trigger: such a migration creates it again.
+    "sqlite": (
+        "CREATE TRIGGER run_events_position AFTER INSERT ON run_events FOR EACH ROW "
+        "BEGIN UPDATE run_events SET position = NEW.id WHERE id = NEW.id; END",
+    ),
+}
+for _dialect, _statements in OUTBOX_ORDER.items():
+    for _statement in _statements:
+        ddl = DDL(_statement).execute_if(dialect=_dialect)  # type: ignore[no-untyped-call]
+        event.listen(RunEvent.__table__, "after_create", ddl)
 
 
 class Study(Base):

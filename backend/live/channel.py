@@ -13,9 +13,9 @@ Events are written by the run lifecycle (``backend.runtime.lifecycle``) into the
   (well formed and in range; it need not exist).
 - ``head(run_id)`` is the id of the latest event (``"0"`` when there is none): a client that wants
   only new events starts reading after it.
-- Ids are the outbox's integer ids as strings, increasing; SSE sends them as ``id:`` lines and a
-  reconnecting client's ``Last-Event-ID`` goes back in as ``after``. Every event is delivered once
-  to a reader that resumes after the last id it saw.
+- Ids are the outbox events' positions (integers given in commit order) as strings, increasing;
+  SSE sends them as ``id:`` lines and a reconnecting client's ``Last-Event-ID`` goes back in as
+  ``after``. Every event is delivered once to a reader that resumes after the last id it saw.
 
 Event kinds and payloads (``data`` is plain JSON):
 

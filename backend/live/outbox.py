@@ -1,8 +1,8 @@
 """The live channel in both deployments: readers tail the outbox table ``run_events``.
 
-Events are rows the run lifecycle wrote in the same transaction as the state they report, so a
-reader resuming after id N gets every later event once, in order, whatever process died when (ids
-commit in order: see backend.runtime.repository).
+Events are rows the run lifecycle wrote in the same transaction as the state they report; an event's
+id is its ``position``, given by the database in commit order (backend.db.models.OUTBOX_ORDER), so a
+reader resuming after id N gets every later event once, in order, whatever process died when.
 
 Waiting readers share one tail per event loop (:class:`_Tail`): while any reader waits, one task
 reads the rows after the newest id it has seen (an index range scan that returns nothing when
@@ -70,16 +70,21 @@ class OutboxChannel:
 
     def _latest_id(self) -> int:
         with self.session_factory() as session:
-            return int(session.scalar(select(func.max(RunEvent.id))) or 0)
+            return int(session.scalar(select(func.max(RunEvent.position))) or 0)
 
     def _rows_after(self, after: int, run_id: Selector, all_runs: bool) -> list[LiveEvent]:
         """Up to MAX_EVENTS_PER_READ events after id ``after``: of every run (``all_runs``), of the
         status stream (``run_id`` None), of one run, or of a set of runs."""
-        query = select(RunEvent).where(RunEvent.id > after).order_by(RunEvent.id).limit(MAX_EVENTS_PER_READ)
+        query = (
+            select(RunEvent.position, RunEvent.run_id, RunEvent.kind, RunEvent.data)
+            .where(RunEvent.position > after)
+            .order_by(RunEvent.position)
+            .limit(MAX_EVENTS_PER_READ)
+        )
         if not all_runs:
             query = query.where(_selected(run_id))
         with self.session_factory() as session:
-            return [LiveEvent(str(r.id), r.run_id, r.kind, r.data) for r in session.scalars(query)]
+            return [LiveEvent(str(p), run, kind, data) for p, run, kind, data in session.execute(query)]
 
     async def read(self, run_id: Selector, after: str | None, block_s: float) -> list[LiveEvent]:
         start = parse_integer_id(after)  # a malformed id fails before any waiting
@@ -110,7 +115,12 @@ class OutboxChannel:
         return tail
 
     def _head(self, run_id: Selector) -> str:
-        query = select(RunEvent.id).where(_selected(run_id)).order_by(RunEvent.id.desc()).limit(1)
+        query = (
+            select(RunEvent.position)
+            .where(_selected(run_id), RunEvent.position.is_not(None))
+            .order_by(RunEvent.position.desc())
+            .limit(1)
+        )
         with self.session_factory() as session:
             latest = session.scalar(query)
         return str(latest) if latest is not None else "0"

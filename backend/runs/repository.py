@@ -159,7 +159,7 @@ def get_with_live_head(session: Session, run_id: int) -> tuple[Run, str | None, 
     one. A client that loads rounds up to ``rounds_done - 1`` and then streams the events after this
     id misses no round."""
     owner = select(User.username).where(User.id == Run.owner_id).scalar_subquery()
-    last_event = select(func.max(RunEvent.id)).where(RunEvent.run_id == Run.id).scalar_subquery()
+    last_event = select(func.max(RunEvent.position)).where(RunEvent.run_id == Run.id).scalar_subquery()
     query = (
         select(Run, owner, func.coalesce(last_event, 0))
         .where(Run.id == run_id)

@@ -30,6 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from backend.db.base import utcnow
@@ -79,27 +80,52 @@ class Deferred:
     study_id: int
 
 
-def _append(session: Session, events: list[tuple[int, str, dict[str, Any]]]) -> list[LiveEvent]:
-    """Append (run_id, kind, data) events to the outbox (the transaction's last write); the events
-    with their ids, for the wake-up after the commit."""
-    ids = repo.append_events(session, events)
-    return [
-        LiveEvent(str(i), run_id, kind, data) for i, (run_id, kind, data) in zip(ids, events, strict=True)
-    ]
+@dataclass(frozen=True)
+class _Appended:
+    """Events appended in a transaction, by row id; their positions (SSE ids) exist once it commits."""
+
+    row_ids: list[int]
+    events: list[tuple[int, str, dict[str, Any]]]
+
+    def published(self, session: Session) -> list[LiveEvent]:
+        """The committed events with their positions, for the wake-up (read with ``session`` after
+        the commit); none when they cannot be read (the readers then read the table)."""
+        if not self.row_ids:
+            return []
+        try:
+            positions = repo.event_positions(session, self.row_ids)
+        except SQLAlchemyError:
+            log.warning("live events: positions of committed events not read; readers read them later")
+            return []
+        return [
+            LiveEvent(str(positions[row_id]), run_id, kind, data)
+            for row_id, (run_id, kind, data) in zip(self.row_ids, self.events, strict=True)
+            if row_id in positions
+        ]
 
 
-def _append_status(session: Session, rows: list[StatusRow]) -> list[LiveEvent]:
+def _append(session: Session, events: list[tuple[int, str, dict[str, Any]]]) -> _Appended:
+    """Append (run_id, kind, data) events to the outbox in the session's transaction."""
+    return _Appended(repo.append_events(session, events), events)
+
+
+def _append_status(session: Session, rows: list[StatusRow]) -> _Appended:
     return _append(session, [(row.run_id, STATUS, row.payload()) for row in rows])
+
+
+def _wake_after_commit(session: Session, wake: Wake, key: object, appended: _Appended) -> None:
+    """After the caller's session commits, wake the readers with the committed events."""
+    after_commit(session, lambda: wake.notify(key, appended.published(session)))
 
 
 def _commit(store: RunStore, session: Session, rows: list[StatusRow]) -> None:
     """Append the status events of ``rows``, commit, wake the readers."""
-    events = _append_status(session, rows)
+    appended = _append_status(session, rows)
     for row in rows:
         crash_point("status-change", row.status)
     session.commit()
     if rows:
-        store.wake.notify(rows[-1].status, events)
+        store.wake.notify(rows[-1].status, appended.published(session))
 
 
 # -- API side: the caller's session commits --------------------------------------------------------
@@ -108,8 +134,7 @@ def _commit(store: RunStore, session: Session, rows: list[StatusRow]) -> None:
 def create(session: Session, run: Run, wake: Wake) -> Run:
     """A new run, queued (creation, a fork)."""
     row = repo.insert_run(session, run)
-    events = _append_status(session, [row])
-    after_commit(session, lambda: wake.notify(row.status, events))
+    _wake_after_commit(session, wake, row.status, _append_status(session, [row]))
     return run
 
 
@@ -117,8 +142,7 @@ def cancel(session: Session, run_id: int, wake: Wake) -> Literal["cancelled", "r
     """A queued run is cancelled now; a running one is asked to stop after its round; else None."""
     row = repo.cancel_queued(session, run_id, utcnow())
     if row is not None:
-        events = _append_status(session, [row])
-        after_commit(session, lambda: wake.notify(row.status, events))
+        _wake_after_commit(session, wake, row.status, _append_status(session, [row]))
         return "cancelled"
     return "requested" if repo.request_cancel(session, run_id) else None
 
@@ -128,16 +152,14 @@ def resume(session: Session, run_id: int, wake: Wake) -> bool:
     row = repo.requeue_finished(session, run_id)
     if row is None:
         return False
-    events = _append_status(session, [row])
-    after_commit(session, lambda: wake.notify(row.status, events))
+    _wake_after_commit(session, wake, row.status, _append_status(session, [row]))
     return True
 
 
 def create_study(session: Session, study: Study, runs: list[Run], wake: Wake) -> Study:
     """A new study and all its runs, queued, with their status events."""
     rows = repo.insert_study(session, study, runs)
-    events = _append_status(session, rows)
-    after_commit(session, lambda: wake.notify("queued", events))
+    _wake_after_commit(session, wake, "queued", _append_status(session, rows))
     return study
 
 
@@ -146,9 +168,9 @@ def cancel_study(session: Session, study_id: int, wake: Wake) -> tuple[int, int]
     their round; (cancelled, asked). Queued ones first: a run claimed meanwhile is then running."""
     rows = repo.cancel_queued_of_study(session, study_id, utcnow())
     asked = repo.request_cancel_of_study(session, study_id)
-    events = _append_status(session, rows)
+    appended = _append_status(session, rows)
     if rows:
-        after_commit(session, lambda: wake.notify("cancelled", events))
+        _wake_after_commit(session, wake, "cancelled", appended)
     return len(rows), asked
 
 
@@ -156,9 +178,9 @@ def resume_study(session: Session, study_id: int, wake: Wake) -> list[int]:
     """Every failed or cancelled run of the study back to the queue; their ids (enqueue them after
     the commit)."""
     rows = repo.requeue_finished_of_study(session, study_id)
-    events = _append_status(session, rows)
+    appended = _append_status(session, rows)
     if rows:
-        after_commit(session, lambda: wake.notify("queued", events))
+        _wake_after_commit(session, wake, "queued", appended)
     return [row.run_id for row in rows]
 
 
@@ -206,12 +228,13 @@ def record_round(store: RunStore, lease: Lease, result: RoundResult) -> bool:
             session.rollback()
             raise LeaseLost(f"run {lease.run_id}: lease {lease.token!r} was taken over")
         inserted = insert_round(session, lease.run_id, result)
-        events = _append(session, [(lease.run_id, ROUND, sanitize(result.to_json()))]) if inserted else []
+        event = [(lease.run_id, ROUND, sanitize(result.to_json()))] if inserted else []
+        appended = _append(session, event)
         crash_point("round-before-commit", index)
         session.commit()
-    crash_point("round-after-commit", index)
-    if inserted:
-        store.wake.notify(index, events)
+        crash_point("round-after-commit", index)
+        if inserted:
+            store.wake.notify(index, appended.published(session))
     return inserted
 
 

@@ -91,14 +91,14 @@ def run_child(
     os.nice(nice)
     import torch
 
-    from backend.db.engine import make_engine, make_session_factory
+    from backend.db.engine import EXECUTOR_LIMITS, make_engine, make_session_factory
     from backend.runtime.execution import execute_run
 
     for name in [n for n in os.environ if n.startswith(ENV_PREFIX)]:
         del os.environ[name]
     os.environ.update(environment)
     torch.set_num_threads(threads)
-    engine = make_engine(database_url)
+    engine = make_engine(database_url, EXECUTOR_LIMITS)
     try:
         execute_run(
             run_id,

@@ -5,11 +5,11 @@ Every write of an executing run is fenced by its lease token: ``lease_owner = to
 ``running``. A token is unique per claim (the claimant's name carries a random part), so a claimant
 whose lease was taken over changes nothing and learns so from the row count.
 
-Outbox order: event ids are SSE event ids, so a reader that has seen id N must never later find a
-smaller id committed. On PostgreSQL ``append_events`` takes a short exclusive lock on run_events
-(compatible with readers' SELECTs) and every transition appends its events as its last statement,
-so ids commit in order and a lock holder never waits for anything but its commit. SQLite serialises
-writers anyway.
+Outbox order: an event's SSE id is its ``position``, which the database gives it when its
+transaction commits, in commit order (``backend.db.models.OUTBOX_ORDER``): a reader that has seen
+position N never later finds a smaller one committed, and no writer waits for another's transaction
+(only, on PostgreSQL, for another's COMMIT to finish). ``append_events`` returns the rows' ids;
+``event_positions`` reads their positions once committed.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, func, or_, select, text, update
+from sqlalchemy import ColumnElement, case, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from backend.db.models import Run, RunEvent, Study
@@ -100,15 +100,24 @@ def _fenced(token: str) -> list[Any]:
 
 
 def append_events(session: Session, events: Sequence[tuple[int, str, dict[str, Any]]]) -> list[int]:
-    """Append (run_id, kind, data) events to the outbox; their ids. Must be a transaction's last write."""
+    """Append (run_id, kind, data) events to the outbox; their row ids (not their positions: those
+    are given at the commit)."""
     if not events:
         return []
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("LOCK TABLE run_events IN EXCLUSIVE MODE"))
     rows = [RunEvent(run_id=run_id, kind=kind, data=data) for run_id, kind, data in events]
     session.add_all(rows)
     session.flush()
     return [row.id for row in rows]
+
+
+def event_positions(session: Session, row_ids: Sequence[int]) -> dict[int, int]:
+    """Row id → position of committed events (an event not committed, or deleted since, is missing)."""
+    if not row_ids:
+        return {}
+    query = select(RunEvent.id, RunEvent.position).where(
+        RunEvent.id.in_(row_ids), RunEvent.position.is_not(None)
+    )
+    return {row_id: position for row_id, position in session.execute(query) if position is not None}
 
 
 # -- API side -------------------------------------------------------------------------------------
@@ -359,7 +368,3 @@ def study_of(session: Session, run_id: int) -> int | None:
 def attempt_of(session: Session, run_id: int) -> int | None:
     attempt: int | None = session.scalar(select(Run.attempt).where(Run.id == run_id))
     return attempt
-
-
-def latest_event_id(session: Session) -> int:
-    return int(session.scalar(select(func.max(RunEvent.id))) or 0)

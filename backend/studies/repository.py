@@ -130,5 +130,7 @@ def device_energy_over_budget(session: Session, study_id: int) -> list[Any]:
 
 def latest_event_id(session: Session, study_id: int) -> str:
     """The id of the latest live event of the study's runs ("0": none)."""
-    latest = session.scalar(select(func.max(RunEvent.id)).where(RunEvent.run_id.in_(_study_runs(study_id))))
+    latest = session.scalar(
+        select(func.max(RunEvent.position)).where(RunEvent.run_id.in_(_study_runs(study_id)))
+    )
     return str(latest) if latest is not None else "0"

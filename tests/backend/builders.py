@@ -94,18 +94,19 @@ def stored_records(factory: Any, run_id: int) -> list[dict[str, Any]]:
 
 
 def stored_events(factory: Any, run_id: int) -> list[tuple[str, dict[str, Any]]]:
-    """(kind, data) of the run's live events in the outbox, in id order."""
+    """(kind, data) of the run's live events in the outbox, in order (of their positions: SSE ids)."""
     from sqlalchemy import select
 
     from backend.db.models import RunEvent
 
     with factory() as session:
-        rows = session.scalars(select(RunEvent).where(RunEvent.run_id == run_id).order_by(RunEvent.id))
+        query = select(RunEvent).where(RunEvent.run_id == run_id).order_by(RunEvent.position)
+        rows = session.scalars(query)
         return [(e.kind, e.data) for e in rows]
 
 
 def event_summary(factory: Any, run_id: int) -> list[tuple[str, Any]]:
-    """(kind, status or round index) of the run's live events, in id order."""
+    """(kind, status or round index) of the run's live events, in order."""
     return [
         (kind, data["status"] if kind == "status" else data["round"]["round"])
         for kind, data in stored_events(factory, run_id)

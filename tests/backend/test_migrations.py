@@ -1,6 +1,7 @@
 """Migrations: empty → head → step by step down → empty → head, on SQLite and PostgreSQL; models match
 (alembic check); 0002 fills the listing columns of runs stored before it from their configs; 0007
-names the checkpoint file of runs checkpointed before it.
+names the checkpoint file of runs checkpointed before it; after 0008 the database numbers live events
+as they commit, events stored before keeping their ids.
 
 Also: a SQLite migration runs with foreign keys off, so a batch rebuild of a parent table keeps the
 child rows (they would be cascade-deleted with foreign keys on).
@@ -69,6 +70,8 @@ def test_upgrade_downgrade_upgrade_and_check(empty_database: str) -> None:
     upgrade_to_head(empty_database)
     assert _tables(empty_database) == TABLES
     command.check(alembic_config(empty_database))  # raises if models and migrations disagree
+    downgrade(empty_database, "0007")
+    assert "position" not in _columns(empty_database, "run_events")
     downgrade(empty_database, "0006")
     assert "checkpoint" not in _columns(empty_database, "runs")
     downgrade(empty_database, "0005")
@@ -133,6 +136,36 @@ def test_runs_with_rounds_name_the_checkpoint_file_they_wrote_before_0007(empty_
         with engine.connect() as connection:
             rows = connection.execute(text("SELECT id, checkpoint FROM runs ORDER BY id")).all()
         assert [tuple(row) for row in rows] == [(1, None), (2, "checkpoint.pt")]
+    finally:
+        engine.dispose()
+
+
+def test_events_stored_before_0008_keep_their_ids_and_new_ones_follow_in_commit_order(
+    empty_database: str,
+) -> None:
+    command.upgrade(alembic_config(empty_database), "0007")
+    engine = make_engine(empty_database)
+    insert_event = text(
+        "INSERT INTO run_events (run_id, kind, data, created_at) VALUES (1, 'status', '{}', '2026-01-01')"
+    )
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO runs (id, name, config, status, created_at, rounds_done, total_rounds, "
+                    "cancel_requested, attempt, policy, executor, v, num_clusters, devices_per_cluster) "
+                    "VALUES (1, 'r', '{}', 'queued', '2026-01-01 00:00:00', 0, 5, false, 0, "
+                    "'uniform', 'analytic', 1.0, 1, 1)"
+                )
+            )
+            for _ in range(3):
+                connection.execute(insert_event)
+        upgrade_to_head(empty_database)
+        with engine.begin() as connection:
+            connection.execute(insert_event)  # the database numbers it as it commits
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT id, position FROM run_events ORDER BY id")).all()
+        assert [tuple(row) for row in rows] == [(1, 1), (2, 2), (3, 3), (4, 4)]
     finally:
         engine.dispose()
 

@@ -58,16 +58,20 @@ def fresh_postgres_database(prefix: str = "collapipe_test") -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+EVENT_SEQUENCES = ("run_events_id_seq", "run_events_position_seq")
+
+
 def truncate_all(database_url: str) -> None:
     """Empty every service table between tests sharing one database. Ids restart, except the live
-    events': they are SSE event ids, never reused (an API process serving the tests keeps the newest
-    ones in memory, as it would in production)."""
+    events' ids and positions: positions are SSE event ids, never reused (an API process serving the
+    tests keeps the newest ones in memory, as it would in production)."""
     plain = database_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(plain, autocommit=True) as conn:
-        row = conn.execute("SELECT last_value FROM run_events_id_seq").fetchone()
+        last = {name: conn.execute(f"SELECT last_value FROM {name}").fetchone() for name in EVENT_SEQUENCES}
         conn.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY CASCADE")
-        if row is not None:
-            conn.execute("SELECT setval('run_events_id_seq', %s)", (row[0],))
+        for name, row in last.items():
+            if row is not None:
+                conn.execute("SELECT setval(%s, %s)", (name, row[0]))
 
 
 def delete_keys(url: str, prefix: str) -> None:

@@ -91,3 +91,28 @@ def test_sqlite_sessions_keep_their_transactions(tmp_path: Any, read: bool) -> N
         session.rollback()
         assert session.execute(text("SELECT count(*) FROM stamps")).scalar_one() == 0
     engine.dispose()
+
+
+@pytest.mark.postgres
+def test_executor_connections_carry_their_idle_in_transaction_and_lock_timeouts(pg_database: str) -> None:
+    """The processes that execute runs: a session frozen inside a transaction is ended by the server,
+    and a statement gives up waiting for a lock, on every connection (also after a rollback)."""
+    limits = engine_module.SessionLimits(idle_in_transaction_s=15.0, lock_timeout_s=2.5)
+    executor = make_engine(pg_database, limits, pool_size=1, max_overflow=0)
+    query = text(
+        "SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('lock_timeout')"
+    )
+    try:
+        with executor.connect() as connection:
+            connection.execute(text("SELECT 1"))
+            connection.rollback()
+        with executor.connect() as connection:
+            assert tuple(connection.execute(query).one()) == ("15s", "2500ms")
+    finally:
+        executor.dispose()
+    plain = make_engine(pg_database)
+    try:
+        with plain.connect() as connection:  # the API's connections keep the server's defaults
+            assert tuple(connection.execute(query).one()) == ("0", "0")
+    finally:
+        plain.dispose()

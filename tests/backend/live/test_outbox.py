@@ -7,7 +7,6 @@ Events are written as the lifecycle writes them (``append_events`` in a transact
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,6 +15,7 @@ import pytest
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.db.engine import SessionLimits, make_engine, make_session_factory
 from backend.db.models import Run
 from backend.live.channel import ROUND, LiveEvent
 from backend.live.outbox import OutboxChannel
@@ -33,10 +33,11 @@ Check = Callable[..., None]
 def publisher(factory: sessionmaker[Session], wake: Wake) -> Publish:
     def publish(run_id: int, kind: str, data: dict[str, Any]) -> str:
         with factory() as session:
-            (event_id,) = repo.append_events(session, [(run_id, kind, data)])
+            (row_id,) = repo.append_events(session, [(run_id, kind, data)])
             session.commit()
-        wake.notify(kind, [LiveEvent(str(event_id), run_id, kind, data)])
-        return str(event_id)
+            position = repo.event_positions(session, [row_id])[row_id]
+        wake.notify(kind, [LiveEvent(str(position), run_id, kind, data)])
+        return str(position)
 
     return publish
 
@@ -133,29 +134,41 @@ def test_a_lost_wake_up_costs_latency_not_the_event(
     assert asyncio.run(scenario()) == [{"round": {"round": 0}}]
 
 
-@pytest.mark.deployments("production")
-def test_event_ids_commit_in_order_on_postgresql(session_factory: sessionmaker[Session]) -> None:
-    """A transaction that appended an event holds the outbox until it commits: a later writer waits,
-    so no reader can see a larger id before a smaller one is committed."""
-    run_a = insert_run(session_factory)
-    first = session_factory()
-    (first_id,) = repo.append_events(first, [(run_a, ROUND, {"round": {"round": 0}})])
-    second_done = threading.Event()
-    second_id: list[int] = []
+@pytest.mark.deployments("production")  # SQLite has one writer at a time by design
+def test_a_writer_holding_its_transaction_open_delays_no_other_and_ids_follow_commit_order(
+    database_url: str, session_factory: sessionmaker[Session], wiring: tuple[Waiter, Wake]
+) -> None:
+    """An event appended in a transaction that stays open (a worker frozen inside its round) blocks
+    no other writer, and no reader sees it until it commits; it then gets an id after every event
+    committed meanwhile, so a reader resuming after the ids it saw still gets it."""
+    run_a, run_b = insert_run(session_factory), insert_run(session_factory)
+    waiter, wake = wiring
+    channel = OutboxChannel(session_factory, waiter)
+    # the other writer's connections give up waiting for a lock after a second
+    impatient = make_engine(database_url, SessionLimits(idle_in_transaction_s=60.0, lock_timeout_s=1.0))
+    publish = publisher(make_session_factory(impatient), wake)
+    held = session_factory()
+    repo.append_events(held, [(run_a, ROUND, {"round": {"round": 0}})])
 
-    def second_writer() -> None:
-        with session_factory() as session:
-            second_id.extend(repo.append_events(session, [(run_a, ROUND, {"round": {"round": 1}})]))
-            session.commit()
-        second_done.set()
+    async def scenario() -> tuple[list[Any], list[Any], list[Any]]:
+        # another run's event commits while the transaction is open, and a reader of every run's
+        # events (a study's set) sees only it
+        first = await asyncio.to_thread(publish, run_b, ROUND, {"round": {"round": 5}})
+        seen = await channel.read(frozenset({run_a, run_b}), None, 1.0)
+        await asyncio.to_thread(held.commit)
+        later = await channel.read(frozenset({run_a, run_b}), seen[-1].id, 5.0)
+        whole = await channel.read(run_a, None, 5.0)
+        await channel.aclose()
+        assert [e.id for e in seen] == [first]
+        return [e.data for e in seen], [e.data for e in later], [e.data for e in whole]
 
-    thread = threading.Thread(target=second_writer)
-    thread.start()
-    assert not second_done.wait(0.5)  # blocked behind the open transaction
-    first.commit()
-    first.close()
-    thread.join(10)
-    assert second_done.is_set() and second_id[0] > first_id
+    try:
+        seen, later, whole = asyncio.run(scenario())
+    finally:
+        held.close()
+        impatient.dispose()
+    assert seen == [{"round": {"round": 5}}]
+    assert later == whole == [{"round": {"round": 0}}]  # committed last: after the id the reader saw
 
 
 def test_a_stream_from_the_start_never_shows_a_deleted_runs_events(

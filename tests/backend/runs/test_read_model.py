@@ -99,7 +99,7 @@ def test_a_listed_run_has_its_owner_shape_and_latest_figures(api: Api) -> None:
 
 def _last_event_id(api: Api, run_id: int) -> str:
     with api.session_factory() as session:
-        latest = session.scalar(select(func.max(RunEvent.id)).where(RunEvent.run_id == run_id))
+        latest = session.scalar(select(func.max(RunEvent.position)).where(RunEvent.run_id == run_id))
     return str(latest or 0)
 
 

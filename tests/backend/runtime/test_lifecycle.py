@@ -4,13 +4,15 @@ the same transaction, and the fencing of executor-side writes by the lease token
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.db.engine import SessionLimits, make_engine, make_session_factory
 from backend.db.models import RoundMetric, Run, RunEvent
 from backend.live.channel import ROUND, STATUS, LiveEvent
 from backend.runtime import lifecycle
@@ -129,6 +131,62 @@ def test_a_crash_inside_a_transition_leaves_neither_state_nor_event(
     row = _row(session_factory, run_id)
     assert (row.status, row.rounds_done) == ("running", 0)
     assert event_summary(session_factory, run_id) == [(STATUS, "running")]
+
+
+@pytest.mark.deployments("production")  # SQLite has one writer at a time by design
+def test_a_worker_held_inside_its_rounds_transaction_delays_no_other_run_nor_a_launch(
+    database_url: str, session_factory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frozen-outbox trial: a worker stops inside a round's transaction (its rows and event
+    written, not committed). Another run is claimed and records rounds with their events, and a run
+    is launched, meanwhile: on connections where any wait for a lock longer than a second fails."""
+    held_run, other_run = insert_run(session_factory), insert_run(session_factory)
+    store = RunStore(session_factory)
+    held = lifecycle.claim(store, held_run, "held", 30.0)
+    assert isinstance(held, tuple)
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(name: str, key: object) -> None:
+        if name == "round-before-commit" and threading.current_thread().name == "held":
+            inside.set()
+            assert release.wait(60)
+
+    monkeypatch.setattr(lifecycle, "crash_point", hold)
+    worker = threading.Thread(target=lifecycle.record_round, args=(store, held[0], _round(0)), name="held")
+    worker.start()
+    assert inside.wait(30)
+    impatient = make_engine(database_url, SessionLimits(idle_in_transaction_s=60.0, lock_timeout_s=1.0))
+    try:
+        others = RunStore(make_session_factory(impatient))
+        claimed = lifecycle.claim(others, other_run, "other", 30.0)
+        assert isinstance(claimed, tuple)
+        for index in range(3):
+            assert lifecycle.record_round(others, claimed[0], _round(index))
+        with make_session_factory(impatient)() as session:
+            launched = Run(name="launched", config=tiny_config(), total_rounds=5, policy="uniform")
+            launched.executor, launched.V, launched.num_clusters, launched.devices_per_cluster = (
+                "analytic",
+                1,
+                2,
+                3,
+            )
+            lifecycle.create(session, launched, Wakes())
+            session.commit()
+    finally:
+        release.set()
+        worker.join(30)
+        impatient.dispose()
+    assert event_summary(session_factory, other_run) == [(STATUS, "running"), *((ROUND, i) for i in range(3))]
+    assert event_summary(session_factory, launched.id) == [(STATUS, "queued")]
+    # the held round commits once released, after the events committed meanwhile
+    assert event_summary(session_factory, held_run) == [(STATUS, "running"), (ROUND, 0)]
+    with session_factory() as session:
+        positions = dict(
+            session.execute(
+                select(RunEvent.run_id, func.max(RunEvent.position)).group_by(RunEvent.run_id)
+            ).all()
+        )
+    assert positions[held_run] > positions[other_run] and positions[held_run] > positions[launched.id]
 
 
 def test_finish_releases_the_lease_and_reports_the_error(session_factory: Factory) -> None:
