@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from backend import config_router
 from backend.db.base import utcnow
 from backend.db.models import ApiToken, BrowserSession
+from backend.experiments import service as experiments
 from tests.backend.builders import tiny_config
 from tests.backend.conftest import PASSWORD, Api
 
@@ -21,38 +21,43 @@ from tests.backend.conftest import PASSWORD, Api
 def test_a_slow_request_on_a_token_neither_blocks_nor_fails_other_writes(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A viewer's validate is held inside its endpoint; meanwhile the same token's other requests and
-    another user's POST complete (they would wait for, then fail on, the stamp's write lock)."""
+    """An operator's request is held inside its endpoint (before it writes anything); meanwhile the
+    same token's other requests and another user's POST complete (they would wait for, then fail on,
+    the write lock of a last-use stamp taken inside the held request's transaction)."""
     entered, release = threading.Event(), threading.Event()
-    real = config_router.validated_config
+    real = experiments.create
 
-    def held(config: dict[str, Any], workspace: Any) -> Any:
-        if config.get("name") == "held":
+    def held(session: Any, owner: Any, body: Any, workspace: Any) -> Any:
+        if body.name == "held":
             entered.set()
             assert release.wait(60), "the test never released the held request"
-        return real(config, workspace)
+        return real(session, owner, body, workspace)
 
-    monkeypatch.setattr(config_router, "validated_config", held)
-    viewer = api.as_("viewer")
+    monkeypatch.setattr(experiments, "create", held)
+    operator = api.as_("operator")
     with ThreadPoolExecutor(1) as pool:
         slow = pool.submit(
-            api.client.post, "/api/config/validate", json=tiny_config(name="held"), headers=viewer
+            api.client.post,
+            "/api/experiments",
+            json={"name": "held", "config": tiny_config()},
+            headers=operator,
         )
         try:
             assert entered.wait(60)
             same_token = [
-                api.client.post("/api/config/validate", json=tiny_config(), headers=viewer) for _ in range(3)
+                api.client.post(
+                    "/api/experiments", json={"name": f"e{i}", "config": tiny_config()}, headers=operator
+                )
+                for i in range(3)
             ]
             other_user = api.client.post(
-                "/api/experiments",
-                json={"name": "while held", "config": tiny_config()},
-                headers=api.as_("operator"),
+                "/api/runs", json={"config": tiny_config()}, headers=api.as_("admin")
             )
             assert not slow.done()  # everything above completed while the slow request was held
         finally:
             release.set()
-        assert slow.result().status_code == 200
-    assert [r.status_code for r in same_token] == [200, 200, 200], [r.text for r in same_token]
+        assert slow.result().status_code == 201
+    assert [r.status_code for r in same_token] == [201, 201, 201], [r.text for r in same_token]
     assert other_user.status_code == 201, other_user.text
 
 
