@@ -15,13 +15,14 @@ import socket
 import uuid
 from typing import Any
 
+import redis
 import torch
 from celery import Task, signals
 
 from backend.runtime.celery_app import REAP_TASK, RUN_TASK
 from backend.runtime.execution import execute_run
 from workers.celery_app import app
-from workers.context import close_worker_context, get_worker_settings, worker_context
+from workers.context import WorkerContext, close_worker_context, get_worker_settings, worker_context
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +51,38 @@ def run_experiment(self: Task, run_id: int) -> str:
         )
     finally:
         # this message is done with (a run still queued now has lost its message: the reaper resends)
-        ctx.ledger.clear(run_id, task_id)
+        _clear_mark(ctx, run_id, task_id)
     try:
         started = ctx.dispatcher.start_deferred(run_id, outcome)
-    except Exception:  # the broker or the database is down: the reaper resends runs that may start
-        log.exception("run %s: could not hand its study's deferred runs over", run_id)
+    except Exception as err:  # the broker or the database is down: the reaper resends runs that may start
+        log.warning(
+            "run %s (%s): its study's deferred runs not handed over (%s); the reaper sends them",
+            run_id,
+            outcome,
+            err,
+        )
     else:
         if started:
             log.info("run %s (%s): sent its study's deferred runs %s", run_id, outcome, started)
     redelivered = (self.request.delivery_info or {}).get("redelivered")
     log.info("run %s (task %s, redelivered=%s): %s", run_id, task_id, redelivered, outcome)
     return outcome
+
+
+def _clear_mark(ctx: WorkerContext, run_id: int, task_id: str) -> None:
+    """Clear the message's dispatch mark. Redis being unreachable does not fail the task: the run's
+    outcome is in the database whatever Redis does, and the mark expires by itself."""
+    try:
+        ctx.ledger.clear(run_id, task_id)
+    except redis.RedisError as err:
+        log.warning(
+            "run %s: dispatch mark of task %s not cleared, Redis is unreachable (%s); it expires within "
+            "%.0f h (the run's status is in the database)",
+            run_id,
+            task_id,
+            err,
+            ctx.ledger.ttl_s / 3600,
+        )
 
 
 @app.task(name=REAP_TASK)  # type: ignore[untyped-decorator]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -62,7 +63,8 @@ def test_a_delivered_run_is_executed_and_its_mark_cleared(
     assert _rounds(session_factory, run_id) == 4
     statuses = [data["status"] for kind, data in stored_events(session_factory, run_id) if kind == "status"]
     assert statuses == ["running", "succeeded"]
-    assert (worker_env.artifact_dir / f"run-{run_id}" / "checkpoint.pt").is_file()
+    assert run.checkpoint == "checkpoint-a1-r4.pt"  # the attempt's last checkpoint, named by the row
+    assert (worker_env.artifact_dir / f"run-{run_id}" / run.checkpoint).is_file()
 
 
 def test_a_duplicate_delivery_changes_nothing(
@@ -99,3 +101,27 @@ def test_the_claimant_names_host_process_and_task_and_is_unique_per_execution() 
     first, second = claimant_name("run-1-attempt-1-abc"), claimant_name("run-1-attempt-1-abc")
     assert first.startswith(f"{socket.gethostname()}:{os.getpid()}:run-1-attempt-1-abc:")
     assert first != second  # a redelivered message keeps its task id; the lease token must differ
+
+
+def test_a_run_that_finishes_while_redis_is_down_is_reported_as_it_ended(
+    worker_env: Settings,
+    session_factory: sessionmaker[Session],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Redis goes away during the run: the task still returns the run's outcome (the database has it
+    succeeded), and the log says what did not happen (the dispatch mark), not that the task failed."""
+    run_id = add_run(session_factory, rounds=3)
+    monkeypatch.setenv("COLLAPIPE_REDIS_URL", "redis://127.0.0.1:1/0")  # nothing listens there
+    get_worker_settings.cache_clear()
+    close_worker_context()
+    with caplog.at_level(logging.INFO, logger="workers.tasks"):
+        assert _deliver(run_id, "task-redis-down") == "succeeded"
+    assert get_run(session_factory, run_id).status == "succeeded"
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "workers.tasks"]
+    assert any(
+        level == "WARNING" and "dispatch mark of task task-redis-down not cleared" in message
+        for level, message in messages
+    ), messages
+    assert ("INFO", f"run {run_id} (task task-redis-down, redelivered=None): succeeded") in messages
+    assert not [message for level, message in messages if level == "ERROR"]
