@@ -363,7 +363,7 @@ def main() -> None:
             "load_average_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             "wall_s": round(time.monotonic() - started, 1),
             # with --reuse: the run that measured (its load and time)
-            **({"measured_by": reused["scenario"]} if reused else {}),
+            **({"measured_by": reused.get("scenario")} if reused else {}),
         },
         "goal": f"modeled/measured within ±{GOAL:.0%}",
         "models": results,
