@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from backend.metrics.export import to_csv, to_parquet
-from backend.studies.schemas import ExportFormat, StudyDetail
+from backend.studies.schemas import ExportFormat, RegimePoint, StudyDetail
 
 MEDIA_TYPES: dict[str, str] = {
     "csv": "text/csv",
@@ -136,6 +136,68 @@ def _figures(study: StudyDetail) -> list[Any]:
     return out
 
 
+REGIME_COLORS = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]  # below 1 blue: DSSDA faster
+
+
+def _hover(p: RegimePoint) -> str:
+    best = (
+        f"best budget holder {p.best_baseline}: {p.best_baseline_latency_s:.4g} s"
+        if p.best_baseline is not None and p.best_baseline_latency_s is not None
+        else "no baseline holds the budgets and the memory"
+    )
+    ours = "—" if p.dssda_latency_s is None else f"{p.dssda_latency_s:.4g} s"
+    held = {True: "", False: " (over a budget or a capacity)", None: ""}[p.dssda_holds]
+    memory = "—" if p.memory_ratio_to_fl is None else f"{p.memory_ratio_to_fl:.3g}"
+    return plot_text(f"DSSDA {ours}{held}; {best}; {p.annotation}; peak memory × fl {memory}")
+
+
+def _regime_figures(study: StudyDetail) -> list[Any]:
+    """One heatmap per panel: colour DSSDA's latency over the best budget holder's, each cell
+    annotated with DSSDA's devices holding blocks and M."""
+    import plotly.graph_objects as go
+
+    regime = study.regime_map
+    if regime is None:
+        return []
+    out = []
+    for index, panel in enumerate(regime.panels):
+        shape = [[None] * len(regime.x_values) for _ in regime.y_values]
+        z: list[list[float | None]] = [list(row) for row in shape]
+        text: list[list[str | None]] = [list(row) for row in shape]
+        hover: list[list[str | None]] = [list(row) for row in shape]
+        for p in regime.points:
+            if p.panel == index:
+                z[p.y][p.x], text[p.y][p.x], hover[p.y][p.x] = (
+                    p.latency_ratio,
+                    plot_text(p.annotation),
+                    _hover(p),
+                )
+        figure = go.Figure(
+            go.Heatmap(
+                x=[plot_text(label) for label in regime.x_labels],
+                y=[plot_text(label) for label in regime.y_labels],
+                z=z,
+                text=text,
+                customdata=hover,
+                texttemplate="%{text}",
+                hovertemplate="%{x}, %{y}: ×%{z:.3g}<br>%{customdata}<extra></extra>",
+                colorscale=REGIME_COLORS,
+                zmid=1.0,
+                colorbar={"title": {"text": "DSSDA / best holder"}},
+                name="regime-map",
+            )
+        )
+        title = "regime map: DSSDA's latency / the best budget holder's" + (f" ({panel})" if panel else "")
+        figure.update_layout(
+            title=plot_text(title),
+            xaxis={"title": {"text": plot_text(regime.x_field)}, "type": "category"},
+            yaxis={"title": {"text": plot_text(regime.y_field)}, "type": "category"},
+            height=120 + 70 * len(regime.y_values),
+        )
+        out.append(figure)
+    return out
+
+
 def plot_text(text: str) -> str:
     """``text`` as plotly.js shows it as it is: it renders a subset of HTML (<a href>, <b>, <br>, ...)
     in trace names, legends, titles, tick and hover labels; its entities as the characters. Every
@@ -180,6 +242,9 @@ def report(study: StudyDetail) -> str:
         "against each cell's baseline cell.</p>",
         f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>",
     ]
+    if study.regime_map is not None:
+        parts += ["<h2>Regime map</h2>", f"<p>{html.escape(study.regime_map.note)}</p>"]
+        parts += [f.to_html(full_html=False, include_plotlyjs=False) for f in _regime_figures(study)]
     parts += [figure.to_html(full_html=False, include_plotlyjs=False) for figure in _figures(study)]
     definition = json.dumps(study.definition, indent=2, default=str)
     parts += ["<h2>Definition</h2>", f"<pre>{html.escape(definition)}</pre>", "</body></html>"]

@@ -14,6 +14,11 @@ to a target eval loss and the final eval metrics of training runs:
 - ``energy_over_budget_max``: the worst device's time-average energy over its budget, max_k mean_t
   E_k/Ē_k (above 1: the long-term energy constraint is not met);
 - ``mean_backlog``: the mean virtual energy queue Q over devices and rounds (it grows with V);
+- ``memory_over_capacity_max``: the largest modeled memory over capacity of a device holding blocks, over
+  devices and rounds (above 1: a decision did not fit);
+- ``mean_devices_holding_blocks``: mean over rounds of the devices holding blocks per cluster (1: one
+  device trains every block, no pipeline);
+- ``mean_microbatches``: mean over rounds and clusters of M;
 - ``final_eval_loss`` and ``final_<metric>``: the last evaluated round's eval loss and metrics.
 """
 
@@ -44,6 +49,13 @@ FIXED_METRICS = tuple(
         ("mean_memory_bytes", "bytes", "mean modeled memory of the devices holding blocks"),
         ("energy_over_budget_max", "1", "worst device's time-average energy / its budget Ē"),
         ("mean_backlog", "1", "mean virtual energy queue Q over devices and rounds"),
+        (
+            "memory_over_capacity_max",
+            "1",
+            "largest modeled memory / capacity of a device holding blocks (above 1: it did not fit)",
+        ),
+        ("mean_devices_holding_blocks", "1", "devices holding blocks per cluster, mean over rounds"),
+        ("mean_microbatches", "1", "micro-batches M, mean over rounds and clusters"),
         ("final_eval_loss", "1", "eval loss of the last evaluated round"),
     )
 )
@@ -57,10 +69,13 @@ class RunRows:
     latency_s: list[float] = field(default_factory=list)
     eval_loss: list[float | None] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)  # per round: I·Σ_n (M_n·b, or B)
+    microbatches: list[list[int]] = field(default_factory=list)  # per round: M_n per cluster
     eval_metrics: list[dict[str, float]] = field(default_factory=list)
     compute_per_round: list[tuple[float, int]] = field(default_factory=list)  # (Σ_k compute_s, devices)
+    holding_per_round: list[int] = field(default_factory=list)  # devices holding blocks, all clusters
     peak_memory_bytes: float | None = None
     mean_memory_bytes: float | None = None
+    memory_over_capacity_max: float | None = None
     mean_backlog: float | None = None
     energy_over_budget: list[float] = field(default_factory=list)  # per device
 
@@ -85,6 +100,7 @@ def run_figures(rows: RunRows, target_eval_loss: float | None) -> dict[str, floa
     efficiency = [
         c / (n * t) for (c, n), t in zip(rows.compute_per_round, rows.latency_s, strict=False) if n and t
     ]
+    holding = [n / len(m) for n, m in zip(rows.holding_per_round, rows.microbatches, strict=False) if m]
     target = target_eval_loss
     reached = None if target is None else time_to_target(rows.latency_s, rows.eval_loss, target)
     figures: dict[str, float | None] = {
@@ -96,6 +112,9 @@ def run_figures(rows: RunRows, target_eval_loss: float | None) -> dict[str, floa
         "mean_memory_bytes": rows.mean_memory_bytes,
         "energy_over_budget_max": max(rows.energy_over_budget) if rows.energy_over_budget else None,
         "mean_backlog": rows.mean_backlog,
+        "memory_over_capacity_max": rows.memory_over_capacity_max,
+        "mean_devices_holding_blocks": _mean(holding),
+        "mean_microbatches": _mean([sum(m) / len(m) for m in rows.microbatches if m]),
         **_final_eval(rows),
     }
     return {name: finite(value) for name, value in figures.items()}
@@ -132,14 +151,17 @@ def collect_rows(
         rows.latency_s.append(float(latency))
         rows.eval_loss.append(None if loss is None else float(loss))
         rows.samples.append(rows.training.samples_per_round(microbatches or ()))
+        rows.microbatches.append([int(m) for m in microbatches or ()])
         rows.eval_metrics.append(dict(metrics or {}))
-    for run_id, compute_s, devices in compute:
+    for run_id, compute_s, devices, holding in compute:
         found[run_id].compute_per_round.append((float(compute_s), int(devices)))
-    for run_id, peak, mean, backlog in memory:
+        found[run_id].holding_per_round.append(int(holding))
+    for run_id, peak, mean, backlog, over_capacity in memory:
         rows = found[run_id]
         rows.peak_memory_bytes = None if peak is None else float(peak)
         rows.mean_memory_bytes = None if mean is None else float(mean)
         rows.mean_backlog = None if backlog is None else float(backlog)
+        rows.memory_over_capacity_max = None if over_capacity is None else float(over_capacity)
     per_device: dict[int, list[float]] = defaultdict(list)
     for run_id, ratio in energy:
         if ratio is not None:

@@ -96,9 +96,11 @@ def rounds(session: Session, study_id: int) -> list[Any]:
 
 
 def device_totals_per_round(session: Session, study_id: int) -> list[Any]:
-    """(run_id, Σ compute_s over the round's devices, devices) per stored round, in run and round order."""
+    """(run_id, Σ compute_s over the round's devices, devices, devices holding blocks) per stored round,
+    in run and round order."""
+    holding = func.count(case((DeviceMetric.num_blocks > 0, 1)))
     query = (
-        select(DeviceMetric.run_id, func.sum(DeviceMetric.compute_s), func.count())
+        select(DeviceMetric.run_id, func.sum(DeviceMetric.compute_s), func.count(), holding)
         .where(DeviceMetric.run_id.in_(_study_runs(study_id)))
         .group_by(DeviceMetric.run_id, DeviceMetric.round)
         .order_by(DeviceMetric.run_id, DeviceMetric.round)
@@ -107,10 +109,23 @@ def device_totals_per_round(session: Session, study_id: int) -> list[Any]:
 
 
 def device_memory_and_backlog(session: Session, study_id: int) -> list[Any]:
-    """(run_id, peak and mean memory_bytes of the devices holding blocks, mean queue) per run."""
+    """(run_id, peak and mean memory_bytes of the devices holding blocks, mean queue, the largest
+    memory_bytes / memory_capacity_bytes of a device holding blocks) per run."""
     held = case((DeviceMetric.num_blocks > 0, DeviceMetric.memory_bytes))
+    over = case(
+        (
+            DeviceMetric.num_blocks > 0,
+            DeviceMetric.memory_bytes / func.nullif(DeviceMetric.memory_capacity_bytes, 0.0),
+        )
+    )
     query = (
-        select(DeviceMetric.run_id, func.max(held), func.avg(held), func.avg(DeviceMetric.queue))
+        select(
+            DeviceMetric.run_id,
+            func.max(held),
+            func.avg(held),
+            func.avg(DeviceMetric.queue),
+            func.max(over),
+        )
         .where(DeviceMetric.run_id.in_(_study_runs(study_id)))
         .group_by(DeviceMetric.run_id)
     )

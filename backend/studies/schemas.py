@@ -59,6 +59,23 @@ class StudyAxis(StrictBody):
     )
 
 
+class RegimeAxes(StrictBody):
+    """The two axes a regime map is drawn against (docs/studies.md, "Regime map")."""
+
+    x: StoredStr = Field(
+        min_length=1,
+        max_length=200,
+        pattern=FIELD_PATH,
+        description="the axis across (e.g. channel.bandwidth_hz)",
+    )
+    y: StoredStr = Field(
+        min_length=1,
+        max_length=200,
+        pattern=FIELD_PATH,
+        description="the axis up (e.g. network.memory_bytes)",
+    )
+
+
 class StudyCreate(StrictBody):
     name: StoredStr = Field(min_length=1, max_length=200)
     bases: list[StudyBase] = Field(
@@ -79,6 +96,33 @@ class StudyCreate(StrictBody):
         '{"scheduler.policy": "uniform"} compares every cell with the uniform cell of its base and '
         "other values",
     )
+    regime_map: RegimeAxes | None = Field(
+        default=None,
+        description="draw DSSDA against the best budget-holding baseline at every point of two axes: both "
+        "must be axes of the study, and a scheduler.policy axis must list dssda and at least one baseline",
+    )
+
+    @model_validator(mode="after")
+    def _regime_axes(self) -> StudyCreate:
+        if self.regime_map is None:
+            return self
+        fields = [a.field for a in self.axes]
+        choices = sorted(f for f in fields if f not in ("seed", "scheduler.policy"))
+        for name, field in (("x", self.regime_map.x), ("y", self.regime_map.y)):
+            if field not in choices:
+                raise ValueError(
+                    f"regime_map.{name} = {field!r} is not an axis of the study the map can be drawn "
+                    f"against; choose one of {choices} (not seed or scheduler.policy)"
+                )
+        if self.regime_map.x == self.regime_map.y:
+            raise ValueError("regime_map.x and regime_map.y name the same axis; give two different axes")
+        policies = next((a.values for a in self.axes if a.field == "scheduler.policy"), [])
+        if "dssda" not in policies or len(policies) < 2:
+            raise ValueError(
+                "regime_map compares dssda with baselines: add an axis scheduler.policy listing dssda and "
+                f"at least one baseline (it lists {policies})"
+            )
+        return self
 
 
 class StudyProgress(BaseModel):
@@ -145,6 +189,57 @@ class StudyCell(BaseModel):
     ratios: dict[str, float | None] = Field(description="metric mean / the baseline cell's")
 
 
+class RegimeBaseline(BaseModel):
+    policy: str
+    cell: int
+    mean_latency_s: float | None = Field(description="mean over the cell's runs")
+    holds: bool | None = Field(
+        description="every run keeps each device's time-average energy within its budget and its modeled "
+        "memory within its capacity (null: no run has rounds yet)"
+    )
+
+
+class RegimePoint(BaseModel):
+    panel: int = Field(description="index into panels")
+    x: int = Field(description="index into x_values")
+    y: int = Field(description="index into y_values")
+    dssda_cell: int | None
+    devices_holding_blocks: float | None = Field(
+        description="DSSDA's devices holding blocks per cluster (mean)"
+    )
+    microbatches: float | None = Field(description="DSSDA's micro-batches M (mean over rounds and clusters)")
+    annotation: str = Field(description="the point's text on the map: devices and M")
+    dssda_latency_s: float | None
+    dssda_holds: bool | None
+    best_baseline: str | None = Field(
+        description="the budget holder with the least mean latency (null: none)"
+    )
+    best_baseline_cell: int | None
+    best_baseline_latency_s: float | None
+    latency_ratio: float | None = Field(
+        description="DSSDA's mean latency / the best budget holder's; with a fixed batch also the ratio of "
+        "the times to a target loss"
+    )
+    memory_ratio_to_fl: float | None = Field(description="DSSDA's peak device memory / fl's")
+    baselines: list[RegimeBaseline]
+
+
+class RegimeMap(BaseModel):
+    x_field: str
+    y_field: str
+    x_values: list[JsonValue]
+    x_labels: list[str]
+    y_values: list[JsonValue]
+    y_labels: list[str]
+    panels: list[str] = Field(description='one map per base and value of the other axes ("": the only one)')
+    fixed_batch: bool = Field(
+        description="every run trains a fixed batch (training.batch_size): all policies train the same "
+        "samples per round, so latency_ratio is the ratio of the times to a target loss"
+    )
+    note: str = Field(description="how to read the map, in a paragraph")
+    points: list[RegimePoint]
+
+
 class StudyDetail(StudyOut):
     definition: dict[str, Any] = Field(description="the study as submitted (bases, axes, mode, baseline)")
     axes: list[str] = Field(description="the axes that tell cells apart (seed excluded)")
@@ -152,6 +247,9 @@ class StudyDetail(StudyOut):
     target_eval_loss: float | None
     metrics: list[MetricInfo]
     cells: list[StudyCell]
+    regime_map: RegimeMap | None = Field(
+        default=None, description="DSSDA against the best budget-holding baseline over two axes, if asked"
+    )
     last_event_id: str = Field(
         description="the live head when the study was read: GET /api/studies/{id}/events?after=<it>"
     )

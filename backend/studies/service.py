@@ -289,6 +289,7 @@ def create(
             "mode": body.mode,
             "concurrency": body.concurrency,
             "baseline": body.baseline,
+            **({"regime_map": body.regime_map.model_dump()} if body.regime_map else {}),
         },
         cells=[c.to_json() for c in plan.cells],
         concurrency=body.concurrency,

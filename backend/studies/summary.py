@@ -12,11 +12,13 @@ from sqlalchemy.orm import Session
 from backend.db.models import TERMINAL_STATUSES, Study
 from backend.errors import InvalidInput
 from backend.jsonsafe import finite
-from backend.studies import figures, grid
+from backend.studies import figures, grid, regime
 from backend.studies import repository as repo
 from backend.studies.grid import Cell
 from backend.studies.schemas import (
     MetricSummary,
+    RegimeAxes,
+    RegimeMap,
     StudyCell,
     StudyCellRun,
     StudyDetail,
@@ -111,6 +113,24 @@ def _ratio(value: float | None, base: float | None) -> float | None:
     return finite(value / base)
 
 
+def _regime_map(
+    study: Study, cells: Sequence[Cell], members: dict[int, list[Any]], per_run: dict[int, dict[str, Any]]
+) -> RegimeMap | None:
+    """The study's regime map, if its definition asks for one."""
+    axes = study.definition.get("regime_map")
+    if not axes:
+        return None
+    axis_values = {a["field"]: a["values"] for a in study.definition.get("axes", [])}
+    runs = [r for rows in members.values() for r in rows]
+    return regime.regime_map(
+        RegimeAxes.model_validate(axes),
+        axis_values,
+        cells,
+        {index: [per_run[r.id] for r in rows] for index, rows in members.items()},
+        fixed_batch=bool(runs) and all((r[7] or {}).get("batch_size") is not None for r in runs),
+    )
+
+
 def detail(
     session: Session, study: Study, target_eval_loss: float | None, baseline_cell: int | None
 ) -> StudyDetail:
@@ -183,5 +203,6 @@ def detail(
         target_eval_loss=target_eval_loss,
         metrics=metrics,
         cells=out_cells,
+        regime_map=_regime_map(study, cells, members, per_run),
         last_event_id=head,
     )

@@ -49,3 +49,15 @@ def test_a_round_trains_m_micro_batches_of_b_or_the_fixed_batch_whatever_m() -> 
     )
     assert rows[1].samples == [3 * 8 * (4 + 2)]  # I·b·Σ_n M_n
     assert rows[2].samples == [2 * 32]  # N·B: the micro-batches split each cluster's batch
+
+
+def test_devices_holding_blocks_per_cluster_micro_batches_and_memory_over_capacity() -> None:
+    rounds = [(1, 2.0, None, [4, 2], {}), (1, 2.0, None, [8, 8], {}), (1, 2.0, None, [1, 1], {})]
+    compute = [(1, 3.0, 8, 5), (1, 3.0, 8, 8), (1, 3.0, 8, 2)]  # devices holding blocks: 5, 8 and 2 of 8
+    memory = [(1, 9.0e8, 6.0e8, 0.5, 1.25)]
+    rows = collect_rows([(1, TrainingConfig(batch_size=32))], rounds, compute, memory, [])
+    figures = run_figures(rows[1], None)
+    assert figures["mean_devices_holding_blocks"] == pytest.approx((2.5 + 4.0 + 1.0) / 3)
+    assert figures["mean_microbatches"] == pytest.approx((3.0 + 8.0 + 1.0) / 3)
+    assert figures["memory_over_capacity_max"] == 1.25
+    assert figures["peak_memory_bytes"] == 9.0e8

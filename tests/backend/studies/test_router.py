@@ -84,6 +84,14 @@ def _figures_of(api: Api, run: Run) -> dict[str, float]:
         "mean_memory_bytes": statistics.fmean(held),
         "energy_over_budget_max": max(statistics.fmean(v) for v in by_device.values()),
         "mean_backlog": statistics.fmean(d.queue for d in devices),
+        "memory_over_capacity_max": max(
+            d.memory_bytes / d.memory_capacity_bytes for d in devices if d.num_blocks > 0
+        ),
+        "mean_devices_holding_blocks": statistics.fmean(
+            sum(d.num_blocks > 0 for d in by_round[r.round]) / len(r.record["num_microbatches"])
+            for r in rounds
+        ),
+        "mean_microbatches": statistics.fmean(statistics.fmean(r.record["num_microbatches"]) for r in rounds),
     }
 
 
