@@ -62,7 +62,9 @@ def create_app(
     session_factory = make_session_factory(engine)
     runtime = build_runtime(settings, session_factory, dispatcher)
     runner = dispatcher = runtime.dispatcher
-    preflight = PreflightProcess(settings.preflight_timeout_s)
+    preflight = PreflightProcess(
+        settings.preflight_timeout_s, settings.validate_timeout_s, settings.check_memory_bytes
+    )
 
     last_use = LastUse(session_factory)
 

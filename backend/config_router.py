@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from anyio import to_thread
 from fastapi import APIRouter
 from pydantic import BaseModel
 
-from backend.config_input import normalized, validated_config
 from backend.deps import PreflightDep, ViewerUser, WorkspaceDep
 from backend.errors import ERROR_RESPONSES
 from collapipe_core.config import config_json_schema
@@ -33,9 +31,15 @@ def schema(_user: ViewerUser) -> dict[str, Any]:
 
 
 @router.post("/validate")
-def validate(config: dict[str, Any], _user: ViewerUser, workspace: WorkspaceDep) -> dict[str, Any]:
-    """Check a config without storing it; 422 names every problem. Returns the config with defaults."""
-    return normalized(validated_config(config, workspace))
+async def validate(
+    config: dict[str, Any], _user: ViewerUser, workspace: WorkspaceDep, process: PreflightDep
+) -> dict[str, Any]:
+    """Check a config without storing it; 422 names every problem. Returns the config with defaults.
+
+    The check reads the files the config names, so it runs in a child process of the API with a
+    deadline (COLLAPIPE_VALIDATE_TIMEOUT_S) and a memory limit (COLLAPIPE_CHECK_MEMORY_BYTES): 422
+    when it needs more."""
+    return await process.validate(config, workspace)
 
 
 @router.post("/preflight")
@@ -45,8 +49,7 @@ async def preflight(
     """Round 0 of the config's policy on the cost model, before launching: {"round": ..., "devices": [...]}
     with modeled latency, energy and memory per device (against capacity and budget). 422 as /validate,
     and when the estimate takes longer than the server allows (COLLAPIPE_PREFLIGHT_TIMEOUT_S)."""
-    checked = await to_thread.run_sync(validated_config, config, workspace)
-    return await process.run(normalized(checked), workspace)
+    return await process.run(config, workspace)
 
 
 @router.get("/policies")

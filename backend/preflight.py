@@ -1,110 +1,263 @@
-"""The pre-flight estimate, computed in a process of its own with a deadline.
+"""Config checks and pre-flight estimates, computed in child processes with a deadline and a memory
+limit, never in the API's threads.
 
-A pre-flight runs round 0 of the config's policy on the cost model. Its cost grows with the config
-(DSSDA over 100 clusters × 100 devices takes over a minute on 2 cores), and any viewer may ask for
-one, so it never runs in the API's threads: one child process per API process (spawned on first
-use) computes them one at a time. A request waits for its turn without holding a thread; a
-pre-flight still running after ``timeout_s`` is stopped — the child is killed and the next request
-starts a new one — and answered with a 422 that says how to get the figures another way.
+Checking a config reads the files it names (datasets, a checkpoint's config.json, tokenizers) and
+builds the model's skeleton; a pre-flight then runs round 0 of the config's policy on the cost model.
+Both grow with what users give — a 24 MB JSONL of 10⁶ lines cost the API 1.5 GB and 18 s to check, a
+64 MB tokenizer.json stalled every request for 5.5 s, DSSDA over 100 clusters × 100 devices takes over
+a minute on 2 cores — and any viewer may ask for them. So each API process keeps two children
+(spawned on first use), one for checks (``POST /api/config/validate``) and one for pre-flights (which
+check first), each working one request at a time; a request waits for its turn without holding a
+thread.
+
+- **Memory**: a child may grow by at most ``memory_bytes`` (COLLAPIPE_CHECK_MEMORY_BYTES) beyond what
+  its imports took: its address space is limited (RLIMIT_AS), so an allocation past it fails inside
+  the child, which is then replaced, and the request gets a 422 saying so.
+- **Deadlines**: a check still running after ``validate_timeout_s`` (COLLAPIPE_VALIDATE_TIMEOUT_S), or
+  a pre-flight's estimate after ``timeout_s`` (COLLAPIPE_PREFLIGHT_TIMEOUT_S), is stopped: the child is
+  killed, the next request starts a new one, and the request gets a 422 that says how to get the
+  answer another way.
+
+A config with problems gets the same 422 as any other endpoint that checks configs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from anyio import to_thread
 
-from backend.errors import InvalidInput, Unavailable
-from backend.jsonsafe import sanitize
+from backend.errors import InvalidConfig, InvalidInput, Unavailable
 from collapipe_core.workspace import Workspace
 
+PROBLEM = "config"  # the field a refusal that is about the whole config names
+PRELOADED = [
+    "backend.config_input",
+    "backend.jsonsafe",
+    "collapipe_core.runner",
+    "collapipe_core.sinks",
+    "collapipe_core.data",
+    "collapipe_core.models.hf.bert",
+    "collapipe_core.models.hf.bart",
+    "collapipe_core.models.hf.gpt2",
+    "collapipe_core.models.hf.llama",
+    "pyarrow.compute",
+    "pyarrow.parquet",
+    "tokenizers",
+]
+"""What the children import before their memory is limited. They are forked from a server process
+that imported these once (multiprocessing's forkserver), so a child replaced after a deadline starts
+in a fraction of a second rather than the seconds torch and transformers take to import."""
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(PRELOADED)
+_idle: dict[tuple[str, int | None], tuple[BaseProcess, Connection]] = {}
+"""Children of apps that shut down, kept warm (their caches: corpora, tokenizers) for the next app this
+process builds; they end with the process (daemons)."""
 
-def _serve(connection: Connection) -> None:
-    """The child: once its imports are done, say so; then answer (config, workspace) requests with
-    round 0's records, forever."""
+
+def _limit_memory(memory_bytes: int | None) -> None:
+    """Cap this process's address space at what it holds now plus ``memory_bytes``."""
+    if memory_bytes is None:
+        return
+    import resource
+
+    with open("/proc/self/status", encoding="ascii") as status:
+        size_kib = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+    limit = size_kib * 1024 + memory_bytes
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(
+        resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard)
+    )
+
+
+def _serve(connection: Connection, memory_bytes: int | None) -> None:
+    """The child: import what checks need, limit its memory, say it is ready; then answer
+    ``(work, config, workspace)`` requests forever. ``work`` "validate" answers once: ``("ok", the
+    normalized config)``; "preflight" answers ``("checked", None)`` when the config passed, then
+    ``("ok", round 0's records)``. A refused config answers ``("invalid", (message, details))``."""
+    import importlib
+
+    for module in PRELOADED:  # already imported by the fork server: nothing to do but make sure
+        importlib.import_module(module)
+    from backend.config_input import normalized, validated_config
+    from backend.jsonsafe import sanitize
     from collapipe_core.runner import Runner
     from collapipe_core.sinks import MemorySink
-    from collapipe_core.validation import parse_config
 
+    _limit_memory(memory_bytes)
     connection.send(("ready", None))
     while True:
         try:
-            data, workspace = connection.recv()
+            work, data, workspace = connection.recv()
         except EOFError:
             return
         try:
-            config = parse_config(data, workspace)
+            config = validated_config(data, workspace)
+            if work == "validate":
+                connection.send(("ok", normalized(config)))
+                continue
+            connection.send(("checked", None))
             analytic = config.model_copy(
                 update={"executor": "analytic", "training": config.training.model_copy(update={"rounds": 1})}
             )
             sink = MemorySink()
             Runner(analytic, sink, workspace=workspace).run()
             connection.send(("ok", sanitize(sink.results[0].to_json())))
-        except Exception as err:  # the config was validated by the API; report anything else
+        except InvalidConfig as err:
+            connection.send(("invalid", (err.message, err.details)))
+        except MemoryError:
+            connection.send(("memory", None))
+            return  # a fresh child for the next request
+        except Exception as err:  # not the user's input: a bug, logged, and reported without a 500
+            traceback.print_exc()
             connection.send(("error", f"{type(err).__name__}: {err}"[:500]))
 
 
-class PreflightProcess:
-    STARTUP_TIMEOUT_S = 120.0  # a new child imports torch and the core before the deadline starts
+class _Child:
+    """One child process and the turn of the requests that use it."""
 
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self._context = multiprocessing.get_context("spawn")
+    STARTUP_TIMEOUT_S = 120.0  # the first child waits for the fork server's imports; no deadline counts
+
+    def __init__(self, name: str, memory_bytes: int | None) -> None:
+        self.name = name
+        self.memory_bytes = memory_bytes
+        self.turn = asyncio.Lock()
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
-        self._turn = asyncio.Lock()
 
-    async def run(self, config: dict[str, Any], workspace: Workspace) -> dict[str, Any]:
-        """Round 0 of ``config`` (already validated) as ``{"round": ..., "devices": [...]}``."""
-        async with self._turn:
-            connection = await to_thread.run_sync(self._ready)
-            try:
-                connection.send((config, workspace))
-                answered = await to_thread.run_sync(connection.poll, self.timeout_s)
-                reply: tuple[str, Any] = connection.recv() if answered else ("late", None)
-                status, payload = reply
-            except BaseException:  # cancelled (the client left) or the child died: start afresh
-                self.stop()
-                raise
-            if status == "late":
-                await to_thread.run_sync(self.stop)
-                raise InvalidInput(
-                    f"the pre-flight estimate of this config takes longer than {self.timeout_s:g} s on the "
-                    "server; launch the run, or compute round 0 locally with `collapipe schedule CONFIG "
-                    "--rounds 1 --json`",
-                    [{"field": "config", "value": None, "message": "too large for the server's pre-flight"}],
-                )
-        if status != "ok":
-            raise InvalidInput(
-                f"the pre-flight failed: {payload}", [{"field": "config", "value": None, "message": payload}]
-            )
-        result: dict[str, Any] = payload
-        return result
-
-    def _ready(self) -> Connection:
+    def ready(self) -> Connection:
+        """The child's end of the pipe, starting the child if it is not running."""
         if self._process is None or not self._process.is_alive() or self._connection is None:
             self.stop()
-            parent, child = self._context.Pipe()
-            process = self._context.Process(
-                target=_serve, args=(child,), name="collapipe-preflight", daemon=True
+            kept = _idle.pop((self.name, self.memory_bytes), None)
+            if kept is not None and kept[0].is_alive():
+                self._process, self._connection = kept
+                return kept[1]
+            parent, child = _CONTEXT.Pipe()
+            process = _CONTEXT.Process(
+                target=_serve, args=(child, self.memory_bytes), name=f"collapipe-{self.name}", daemon=True
             )
             process.start()
             child.close()
             self._process, self._connection = process, parent
             if not parent.poll(self.STARTUP_TIMEOUT_S) or parent.recv()[0] != "ready":
                 self.stop()
-                raise Unavailable("the pre-flight process did not start; try again, or see the server log")
+                raise Unavailable(f"the {self.name} process did not start; try again, or see the server log")
         return self._connection
 
     def stop(self) -> None:
-        """Kill the child (a pre-flight past its deadline, or the app's shutdown)."""
+        """Kill the child (past a deadline, out of memory, or its request cancelled)."""
         if self._process is not None:
             self._process.kill()
             self._process.join(timeout=10)
         if self._connection is not None:
             self._connection.close()
         self._process = self._connection = None
+
+    def release(self) -> None:
+        """The app shuts down: keep an idle child for the next app of this process."""
+        key = (self.name, self.memory_bytes)
+        if self._process is not None and self._process.is_alive() and key not in _idle:
+            assert self._connection is not None
+            _idle[key] = (self._process, self._connection)
+            self._process = self._connection = None
+        self.stop()
+
+
+class PreflightProcess:
+    """The API process's two children: config checks and pre-flight estimates."""
+
+    def __init__(
+        self, timeout_s: float, validate_timeout_s: float = 60.0, memory_bytes: int | None = None
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.validate_timeout_s = validate_timeout_s
+        self.memory_bytes = memory_bytes
+        self._checks = _Child("config-check", memory_bytes)
+        self._preflights = _Child("preflight", memory_bytes)
+
+    async def validate(self, config: dict[str, Any], workspace: Workspace) -> dict[str, Any]:
+        """``config`` checked in ``workspace`` and normalized (every field explicit); InvalidConfig
+        naming each problem, InvalidInput when the check is too slow or too large for the server."""
+        async with self._checks.turn:
+            connection = await to_thread.run_sync(self._checks.ready)
+            connection.send(("validate", config, workspace))
+            payload = await self._reply(self._checks, connection, self.validate_timeout_s, "check")
+        result: dict[str, Any] = payload
+        return result
+
+    async def run(self, config: dict[str, Any], workspace: Workspace) -> dict[str, Any]:
+        """Round 0 of ``config`` as ``{"round": ..., "devices": [...]}``, after checking it as
+        :meth:`validate` does."""
+        async with self._preflights.turn:
+            child = self._preflights
+            connection = await to_thread.run_sync(child.ready)
+            connection.send(("preflight", config, workspace))
+            await self._reply(child, connection, self.validate_timeout_s, "check")
+            payload = await self._reply(child, connection, self.timeout_s, "pre-flight")
+        result: dict[str, Any] = payload
+        return result
+
+    async def _reply(self, child: _Child, connection: Connection, timeout_s: float, what: str) -> Any:
+        """The payload of the child's next answer within ``timeout_s``; the refusals as exceptions."""
+        try:
+            answered = await to_thread.run_sync(connection.poll, timeout_s)
+            reply: tuple[str, Any] = connection.recv() if answered else ("late", None)
+        except (EOFError, OSError):  # the child died: Rust code aborts on a failed allocation
+            await to_thread.run_sync(child.stop)
+            raise self._too_large(what) from None
+        except BaseException:  # cancelled (the client left): start afresh
+            child.stop()
+            raise
+        status, payload = reply
+        if status == "invalid":
+            message, details = payload
+            raise InvalidConfig(message, details)
+        if status == "memory":
+            await to_thread.run_sync(child.stop)
+            raise self._too_large(what)
+        if status == "late":
+            await to_thread.run_sync(child.stop)
+            raise self._late(what, timeout_s)
+        if status == "error":
+            raise InvalidInput(
+                f"the {what} failed: {payload}", [{"field": PROBLEM, "value": None, "message": payload}]
+            )
+        return payload
+
+    def _too_large(self, what: str) -> InvalidInput:
+        budget = f"{self.memory_bytes / 2**20:,.0f} MiB" if self.memory_bytes else "the memory"
+        message = (
+            f"the {what} of this config needs more than the {budget} the server gives it "
+            "(COLLAPIPE_CHECK_MEMORY_BYTES); use smaller files or a smaller model, or check it locally with "
+            "`collapipe config validate CONFIG`"
+        )
+        return InvalidInput(message, [{"field": PROBLEM, "value": None, "message": message}])
+
+    def _late(self, what: str, timeout_s: float) -> InvalidInput:
+        if what == "pre-flight":
+            message = (
+                f"the pre-flight estimate of this config takes longer than {timeout_s:g} s on the server; "
+                "launch the run, or compute round 0 locally with `collapipe schedule CONFIG --rounds 1 "
+                "--json`"
+            )
+            detail = "too large for the server's pre-flight"
+        else:
+            message = (
+                f"checking this config takes longer than {timeout_s:g} s on the server "
+                "(COLLAPIPE_VALIDATE_TIMEOUT_S); use smaller data files, or check it locally with "
+                "`collapipe config validate CONFIG`"
+            )
+            detail = "too large for the server's check"
+        return InvalidInput(message, [{"field": PROBLEM, "value": None, "message": detail}])
+
+    def stop(self) -> None:
+        """The app's shutdown: its children, idle, are kept for the next app this process builds (tests
+        build many; each child would import and load its data again); they end with the process."""
+        self._checks.release()
+        self._preflights.release()

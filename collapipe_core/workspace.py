@@ -169,7 +169,9 @@ def read_regular_file(path: Path, limit: int | None, *, follow_symlinks: bool = 
             raise OSError(f"{path.name} is not a regular file")
         if limit is not None and info.st_size > limit:
             raise FileTooBig(info.st_size, limit)
-        data = handle.read() if limit is None else handle.read(limit + 1)
+        data = handle.read(info.st_size + 1)  # read(n) allocates n bytes first: never the whole limit
+        if len(data) > info.st_size:  # it grows while being read
+            data += handle.read() if limit is None else handle.read(limit + 1 - len(data))
     if limit is not None and len(data) > limit:
         raise FileTooBig(len(data), limit)
     return data

@@ -368,3 +368,108 @@ def test_a_preflight_past_its_deadline_is_stopped_and_the_next_one_works(
         assert client.get("/api/runs", headers=viewer).status_code == 200
         again = client.post("/api/config/preflight", json=tiny_config(), headers=viewer)
         assert again.status_code == 200 and again.json()["round"]["round"] == 0
+
+
+def _files_config(train: str, **model: Any) -> dict[str, Any]:
+    data = {"dataset": "files", "files": {"train": train}, "tokenizer": {"vocab_size": 64}}
+    return tiny_config(model=model, data=data) if model else tiny_config(data=data)
+
+
+def _bert_checkpoint(directory: Path, **keys: Any) -> None:
+    directory.mkdir(parents=True)
+    sizes = {"model_type": "bert", "hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 2}
+    (directory / "config.json").write_text(json.dumps({**sizes, **keys}))
+
+
+@pytest.mark.deployments("embedded")  # refused before any deployment-specific code: validation
+def test_hostile_data_files_and_checkpoints_get_a_422_naming_the_field(hostile: Hostile) -> None:
+    """The security trial's files: each was a 500, a hang or gigabytes of the API's memory."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = hostile.data_dir / "datasets"
+    data.mkdir()
+    repeated = pa.DictionaryArray.from_arrays(pa.array(np.zeros(2_000_001, dtype=np.int32)), pa.array(["ab"]))
+    pq.write_table(pa.table({"text": repeated, "label": repeated}), data / "bomb.parquet", compression="zstd")
+    (data / "deep.jsonl").write_text('{"text": "a", "label": 1}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    (data / "wide.csv").write_text(",".join(f"c{i}" for i in range(40_000)) + "\n")
+    checkpoints = hostile.data_dir / "checkpoints"
+    _bert_checkpoint(checkpoints / "layers", num_hidden_layers=10**6)
+    _bert_checkpoint(checkpoints / "heads", num_attention_heads=0)
+    _bert_checkpoint(checkpoints / "half", hidden_size=32.5)
+    (checkpoints / "nested").mkdir()
+    (checkpoints / "nested" / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    bert = {"source": "transformers", "architecture": "bert"}
+    cases = [
+        (_files_config("datasets/bomb.parquet"), "config.data.files.train", "has 2,000,001 rows"),
+        (_files_config("datasets/deep.jsonl"), "config.data.files.train", "line 2 is nested deeper than"),
+        (_files_config("datasets/wide.csv"), "config.data.files.train", "names 40,000 columns"),
+        (
+            tiny_config(model={**bert, "pretrained_path": "checkpoints/layers"}),
+            "config.model.pretrained_path",
+            "num_hidden_layers is 1000000",
+        ),
+        (
+            tiny_config(model={**bert, "pretrained_path": "checkpoints/heads"}),
+            "config.model.pretrained_path",
+            "num_attention_heads is 0",
+        ),
+        (
+            tiny_config(model={**bert, "pretrained_path": "checkpoints/half"}),
+            "config.model.pretrained_path",
+            "hidden_size is 32.5, not an integer",
+        ),
+        (
+            tiny_config(model={**bert, "pretrained_path": "checkpoints/nested"}),
+            "config.model.pretrained_path",
+            "config.json is nested deeper than",
+        ),
+    ]
+    viewer = hostile.api.as_("viewer")
+    for config, field, fragment in cases:
+        before = hostile.snapshot()
+        response = hostile.api.client.post("/api/config/validate", json=config, headers=viewer)
+        detail = next(
+            d for d in hostile.check(response, 422, field)["error"]["details"] if d["field"] == field
+        )
+        assert fragment in detail["message"] and str(hostile.data_dir) not in response.text, detail
+        assert hostile.snapshot() == before
+
+
+@pytest.mark.deployments("embedded")  # the API process's own work: validation
+def test_data_files_are_checked_in_a_child_with_a_deadline_and_a_memory_limit(
+    app_factory: Callable[..., FastAPI],
+    settings: Any,
+    session_factory: sessionmaker[Session],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from collapipe_core.data import tables
+    from tests.backend.client import SyncClient
+    from tests.backend.conftest import add_user
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the API process parsed a data file")
+
+    monkeypatch.setattr(tables, "parse_table", refuse)  # in this process only: checks run in a child
+    data_dir = Path(settings.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lines = "".join(f'{{"text": "row {i} of many", "label": {i % 2}}}\n' for i in range(150_000))
+    (data_dir / "many.jsonl").write_text(lines)
+    (data_dir / "few.jsonl").write_text("".join(lines.splitlines(keepends=True)[:200]))
+    _, token = add_user(session_factory, "v", "viewer")
+    viewer = {"Authorization": f"Bearer {token}"}
+    small, big = _files_config("few.jsonl"), _files_config("many.jsonl")
+    with SyncClient(app_factory(RecordingDispatcher(), check_memory_bytes=64 * 2**20)) as client:
+        assert client.post("/api/config/validate", json=small, headers=viewer).status_code == 200
+        large = client.post("/api/config/validate", json=big, headers=viewer)
+        assert large.status_code == 422, large.text
+        assert "needs more than the 64 MiB the server gives it" in large.json()["error"]["message"]
+        assert client.get("/api/runs", headers=viewer).status_code == 200
+        again = client.post("/api/config/preflight", json=small, headers=viewer)  # the other child
+        assert again.status_code == 200 and again.json()["round"]["round"] == 0
+        assert client.post("/api/config/validate", json=small, headers=viewer).status_code == 200
+    with SyncClient(app_factory(RecordingDispatcher(), validate_timeout_s=3.0)) as client:
+        late = client.post("/api/config/validate", json=big, headers=viewer)  # ~15 s of work on 2 cores
+        assert late.status_code == 422 and "takes longer than 3 s" in late.json()["error"]["message"]
+        assert client.post("/api/config/validate", json=tiny_config(), headers=viewer).status_code == 200

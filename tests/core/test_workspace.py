@@ -94,3 +94,36 @@ def test_the_local_workspace_takes_plain_paths(data_dir: Path) -> None:
         local.read_text(FIELD, str(data_dir / "nope.csv"))
     with pytest.raises(FileRefused, match="not a regular file"):
         local.read_text(FIELD, str(data_dir))
+
+
+def test_a_small_file_costs_its_size_not_the_limit(data_dir: Path) -> None:
+    """A read buffer of the whole limit (256 MiB by default) was allocated for every file read."""
+    import tracemalloc
+
+    (data_dir / "small.csv").write_bytes(b"text,label\nhi,1\n")
+    tracemalloc.start()
+    try:
+        data = service(data_dir, max_file_bytes=2**28).read_bytes(FIELD, "small.csv")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert data == b"text,label\nhi,1\n" and peak < 2**20
+
+
+def test_a_file_growing_while_read_is_read_whole_or_refused(data_dir: Path) -> None:
+    from collapipe_core.workspace import FileTooBig, read_regular_file
+
+    path = data_dir / "grows.csv"
+    path.write_bytes(b"x" * 10)
+    real_fstat = os.fstat
+
+    def stale(fd: int) -> os.stat_result:  # the size seen before a writer appended
+        info = real_fstat(fd)
+        return os.stat_result((info.st_mode, *info[1:6], 4, *info[7:]))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fstat", stale)
+        assert read_regular_file(path, None) == b"x" * 10
+        assert read_regular_file(path, 10) == b"x" * 10
+        with pytest.raises(FileTooBig):
+            read_regular_file(path, 9)
