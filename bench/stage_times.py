@@ -14,14 +14,15 @@ also holds the wait for a core, which a device with a processor of its own does 
 shows the wall time's factor over the CPU time beside it. The edge server's forward includes its loss
 (timed apart by the executor, shown on its own too: the model counts no FLOP for it).
 
-Calibration (same host, same runs): the devices' forward times t(b, δ) = δ·(c_0 + b·Φ_F/F) give F (the
-effective FLOP/s of one torch thread) and c_0 (``network.block_overhead_s``) by least squares on the
-relative error over b and both devices. The cost model is then built with every device, the CU and the
-edge server at F and c_0 (``network.profiles`` with ``cpu_hz`` F and ``flops_per_cycle`` 1,
-``cu_flops_per_s`` and ``edge_flops_per_s`` F) and :func:`collapipe_core.costmodel.closed_form.stage_times`
-gives every stage's modeled forward and backward time at each b. Goal: modeled/measured within ±25 %.
-Also printed: one (F, c_0) fitted to both models at once, and (not the cost model, a what-if) the device
-backward fitted on its own line δ·(c_0B + b·Φ_B/F_B) instead of ρ × the forward. Links are not compared:
+Calibration (same host, same runs): the devices' forward times t(b, δ) = δ·(b·Φ_F + Φ_0)/F give F (the
+effective FLOP/s of one torch thread) and Φ_0 (``network.block_overhead_flops``, the fixed work of a TEB's
+pass per micro-batch in FLOPs) by least squares on the relative error over b and both devices; the backward
+times δ·(b·Φ_B + Φ_0B)/F at that F give Φ_0B (``network.block_backward_overhead_flops``). The cost model is
+then built with every device, the CU and the edge server at F (``network.profiles`` with ``cpu_hz`` F and
+``flops_per_cycle`` 1, ``cu_flops_per_s`` and ``edge_flops_per_s`` F) and the fixed work, and
+:func:`collapipe_core.costmodel.closed_form.stage_times` gives every stage's modeled forward and backward
+time at each b. Goal: modeled/measured within ±25 %. Also printed: one calibration fitted to both models at
+once. Links are not compared:
 localhost gloo has no radio, and link emulation would delay each transfer by the model's own formula.
 
     .venv/bin/python bench/stage_times.py [--iterations 5] [--models builtin llama] [--json out.json]
@@ -140,39 +141,36 @@ def measured_backward_ratio(measured: Measured) -> tuple[float, float]:
     return round(min(ratios), 3), round(max(ratios), 3)
 
 
-def calibrate(runs: list[tuple[Measured, float]], part: str = "forward") -> tuple[float, float]:
-    """(F, c_0) from the devices' CPU times t = δ·c_0 + δ·b·Φ/F of (measured, Φ per sample) runs, Φ the
-    part's FLOPs (``part``: forward, or backward for the what-if below), least squares on t_model/t − 1
-    (every b weighs alike); c_0 = 0 when the free fit puts it below 0."""
-    rows, times = [], []
-    for measured, flops in runs:
+def calibrate(runs: list[tuple[Measured, ModelProfile]]) -> tuple[float, float, float]:
+    """(F, Φ_0, Φ_0B) from the devices' CPU times of (measured, profile) runs: the forward times
+    t = δ·(b·Φ_F + Φ_0)/F by least squares on t_model/t − 1 (every b weighs alike; Φ_0 = 0 when the free fit
+    puts it below 0), then the backward times δ·(b·Φ_B + Φ_0B)/F at that F likewise."""
+    rows, times, backward = [], [], []
+    for measured, prof in runs:
         for b, stages in measured.items():
             for name, blocks in participants():
                 if blocks:
-                    rows.append([blocks, blocks * b * flops])  # the coefficients of c_0 and 1/F
-                    times.append(stages[name][f"{part}_s"])
+                    # the coefficients of Φ_0/F and 1/F; of Φ_0B/F (the backward's b·Φ_B/F known at F)
+                    rows.append([blocks, blocks * b * prof.block_forward_flops])
+                    times.append(stages[name]["forward_s"])
+                    backward.append(
+                        (blocks, blocks * b * prof.block_backward_flops, stages[name]["backward_s"])
+                    )
     a, t = np.asarray(rows) / np.asarray(times)[:, None], np.ones(len(times))
-    (c0, inverse_f), *_ = np.linalg.lstsq(a, t, rcond=None)
-    if c0 < 0:
+    (fixed_s, inverse_f), *_ = np.linalg.lstsq(a, t, rcond=None)
+    if fixed_s < 0:
         (inverse_f,), *_ = np.linalg.lstsq(a[:, 1:], t, rcond=None)
-        c0 = 0.0
-    return 1.0 / float(inverse_f), float(c0)
+        fixed_s = 0.0
+    flops_per_s = 1.0 / float(inverse_f)
+    # backward: minimise Σ (δ·(bΦ_B + x)/(F·t) − 1)² over x
+    coef = np.array([blocks / (flops_per_s * t_b) for blocks, _, t_b in backward])
+    rest = np.array([1.0 - work / (flops_per_s * t_b) for _, work, t_b in backward])
+    fixed_b = max(float(coef @ rest / (coef @ coef)), 0.0)
+    return flops_per_s, float(fixed_s) * flops_per_s, fixed_b
 
 
-def fitted_ratios(
-    measured: Measured, flops: float, flops_per_s: float, overhead_s: float, part: str
-) -> list[float]:
-    """δ·(c_0 + b·Φ/F) over the measured time, every device stage and b (the line :func:`calibrate` fits)."""
-    return [
-        blocks * (overhead_s + b * flops / flops_per_s) / stages[name][f"{part}_s"]
-        for b, stages in measured.items()
-        for name, blocks in participants()
-        if blocks
-    ]
-
-
-def calibrated_network(flops_per_s: float, overhead_s: float) -> dict[str, Any]:
-    """Every device, the CU and the edge server at F; c_0 per TEB per micro-batch."""
+def calibrated_network(flops_per_s: float, fixed: float, fixed_backward: float) -> dict[str, Any]:
+    """Every device, the CU and the edge server at F; Φ_0 and Φ_0B per TEB per micro-batch."""
     profile = {
         "name": "host-thread",
         "cpu_hz": flops_per_s,
@@ -185,13 +183,15 @@ def calibrated_network(flops_per_s: float, overhead_s: float) -> dict[str, Any]:
         "profiles": [profile],
         "cu_flops_per_s": flops_per_s,
         "edge_flops_per_s": flops_per_s,
-        "block_overhead_s": overhead_s,
+        "block_overhead_flops": fixed,
+        "block_backward_overhead_flops": fixed_backward,
     }
 
 
-def modeled(model: str, flops_per_s: float, overhead_s: float) -> Measured:
-    """Per b and participant, the cost model's forward and backward time per micro-batch (seconds)."""
-    config = parse_config(experiment(model, 2, calibrated_network(flops_per_s, overhead_s)))
+def modeled(model: str, calibration: tuple[float, float, float]) -> Measured:
+    """Per b and participant, the cost model's forward and backward time per micro-batch (seconds) at the
+    calibration (F, Φ_0, Φ_0B)."""
+    config = parse_config(experiment(model, 2, calibrated_network(*calibration)))
     bundle = load_dataset(config)
     base = observe(build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size, None), 0)
     out: Measured = {}
@@ -245,17 +245,13 @@ def compare(measured: Measured, model: Measured) -> list[dict[str, Any]]:
 def print_table(model: str, result: dict[str, Any]) -> None:
     fit = result["calibration"]
     low, high = fit["backward_ratio_measured"]
+    keys = ("flops_per_s", "block_overhead_flops", "block_backward_overhead_flops")
+    flops_per_s, fixed, fixed_b = (fit[k] for k in keys)
     print(
-        f"\n{model}: F = {fit['flops_per_s'] / 1e9:.1f} GFLOP/s, "
-        f"c_0 = {1e3 * fit['block_overhead_s']:.3f} ms (the FLOPs of {fit['overhead_samples']:.2f} samples), "
+        f"\n{model}: F = {flops_per_s / 1e9:.1f} GFLOP/s, Φ_0 = {fixed / 1e6:.2f} MFLOPs "
+        f"({1e3 * fixed / flops_per_s:.3f} ms at F), Φ_0B = {fixed_b / 1e6:.2f} MFLOPs; "
         f"Φ_F = {fit['block_forward_flops'] / 1e6:.1f} MFLOPs per sample and TEB; "
-        f"ρ = Φ_B/Φ_F = {fit['backward_ratio_profile']:.2f}, measured backward/forward {low:.2f}..{high:.2f}"
-    )
-    what_if = result["backward_fit"]
-    print(
-        f"what-if (not the model): the backward fitted alone, δ·(c_0B + b·Φ_B/F_B): F_B = "
-        f"{what_if['flops_per_s'] / 1e9:.1f} GFLOP/s, c_0B = {1e3 * what_if['overhead_s']:.3f} ms, "
-        f"worst device backward ratio {what_if['worst_device_ratio']:.2f}"
+        f"Φ_B/Φ_F = {fit['backward_ratio_profile']:.2f}, measured backward/forward {low:.2f}..{high:.2f}"
     )
     print(
         "CPU ms per micro-batch; ratio = modeled/measured; wall/cpu: the measured wall time over the CPU time"
@@ -317,40 +313,36 @@ def main() -> None:
     results: dict[str, Any] = {}
     for name, (measured, prof) in runs.items():
         phi, phi_backward = prof.block_forward_flops, prof.block_backward_flops
-        flops_per_s, overhead_s = calibrate([(measured, phi)])
-        backward_f, backward_c0 = calibrate([(measured, phi_backward)], "backward")
+        calibration = calibrate([(measured, prof)])
+        flops_per_s, fixed, fixed_backward = calibration
         results[name] = {
             "calibration": {
                 "flops_per_s": flops_per_s,
-                "block_overhead_s": overhead_s,
+                "block_overhead_flops": fixed,
+                "block_backward_overhead_flops": fixed_backward,
                 "block_forward_flops": phi,
-                "overhead_samples": overhead_s * flops_per_s / phi,
+                "overhead_samples": fixed / phi,
                 "backward_ratio_profile": phi_backward / phi,
                 "backward_ratio_measured": measured_backward_ratio(measured),
             },
-            "rows": compare(measured, modeled(name, flops_per_s, overhead_s)),
-            # not the cost model: the backward fitted on its own line δ·(c_0B + b·Φ_B/F_B)
-            "backward_fit": {
-                "flops_per_s": backward_f,
-                "overhead_s": backward_c0,
-                "worst_device_ratio": farthest(
-                    fitted_ratios(measured, phi_backward, backward_f, backward_c0, "backward")
-                ),
-            },
+            "rows": compare(measured, modeled(name, calibration)),
             "measured": measured,
         }
         print_table(name, results[name])
     pooled: dict[str, Any] = {}
     if len(runs) > 1:  # one (F, c_0) for the host, whatever the model
-        flops_per_s, overhead_s = calibrate([(m, p.block_forward_flops) for m, p in runs.values()])
-        worst = {
-            name: worst_device_ratio(m, modeled(name, flops_per_s, overhead_s))
-            for name, (m, _) in runs.items()
+        calibration = calibrate(list(runs.values()))
+        worst = {name: worst_device_ratio(m, modeled(name, calibration)) for name, (m, _) in runs.items()}
+        pooled = {
+            "flops_per_s": calibration[0],
+            "block_overhead_flops": calibration[1],
+            "block_backward_overhead_flops": calibration[2],
+            "worst_device_ratio": worst,
         }
-        pooled = {"flops_per_s": flops_per_s, "block_overhead_s": overhead_s, "worst_device_ratio": worst}
         print(
-            f"\none fit for both models: F = {flops_per_s / 1e9:.1f} GFLOP/s, "
-            f"c_0 = {1e3 * overhead_s:.3f} ms; worst device-stage ratio {worst}"
+            f"\none fit for both models: F = {calibration[0] / 1e9:.1f} GFLOP/s, "
+            f"Φ_0 = {calibration[1] / 1e6:.2f} MFLOPs, Φ_0B = {calibration[2] / 1e6:.2f} MFLOPs; "
+            f"worst device-stage ratio {worst}"
         )
     out = {
         "scenario": {

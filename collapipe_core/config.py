@@ -131,12 +131,19 @@ class NetworkConfig(_Section):
         description="τ: fixed latency of every transfer on every link (protocol round trips and "
         "propagation), on top of payload/rate; paid once per activation or gradient of a micro-batch",
     )
-    block_overhead_s: float = Field(
+    block_overhead_flops: float = Field(
         default=0.0,
         ge=0.0,
-        le=60.0,
-        description="c_0: fixed time of one TEB's forward pass per micro-batch on a device, whatever its "
-        "size (kernel launches, small-batch inefficiency); the backward pass pays it Φ_B/Φ_F times",
+        le=MAX_FLOAT,
+        description="Φ_0: fixed work of one TEB's forward pass per micro-batch, whatever its size (kernel "
+        "launches, small-batch inefficiency), in FLOPs of the device's effective rate: it takes Φ_0/F_k "
+        "seconds on device k (calibrate with bench/stage_times.py)",
+    )
+    block_backward_overhead_flops: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=MAX_FLOAT,
+        description="Φ_0B: the same fixed work of one TEB's backward pass per micro-batch (FLOPs)",
     )
     runtime_overhead_bytes: Integral = Field(
         default=64 * 2**20,

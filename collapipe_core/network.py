@@ -55,7 +55,8 @@ class Scenario:
     cu_uplink_rate_bps: float
     kappa: float
     link_latency_s: float  # τ: every transfer's fixed latency
-    block_overhead_s: float  # c_0: a TEB's fixed forward time per micro-batch
+    block_overhead_flops: float  # Φ_0: a TEB's fixed forward work per micro-batch (FLOPs)
+    block_backward_overhead_flops: float  # Φ_0B: its fixed backward work per micro-batch
     runtime_overhead_bytes: float
     bandwidth_hz: float
     noise_density_w_per_hz: float
@@ -116,7 +117,8 @@ def build_scenario(config: ExperimentConfig) -> Scenario:
         cu_uplink_rate_bps=net.cu_uplink_rate_bps,
         kappa=net.kappa,
         link_latency_s=net.link_latency_s,
-        block_overhead_s=net.block_overhead_s,
+        block_overhead_flops=net.block_overhead_flops,
+        block_backward_overhead_flops=net.block_backward_overhead_flops,
         runtime_overhead_bytes=float(net.runtime_overhead_bytes),
         bandwidth_hz=ch.bandwidth_hz,
         noise_density_w_per_hz=ch.noise_density_w_per_hz,

@@ -77,7 +77,7 @@ def stage_times(
     payload = np.asarray(mc.payload_bits)
     return StageTimes(
         device_forward_s=forward,
-        device_backward_s=pr.backward_ratio * forward,
+        device_backward_s=np.asarray(mc.backward_ratio)[..., None] * forward,
         device_send_s=np.where(on, airtime + pr.link_latency_s, 0.0),
         airtime_s=airtime,
         cu_forward_s=cu_f,
@@ -101,7 +101,7 @@ def gpipe_makespan(
     link = np.asarray(mc.payload_bits)[..., None] * u  # P·u_k
     if pr.link_latency_s:
         link = link + pr.link_latency_s
-    rho = pr.backward_ratio
+    rho = np.asarray(mc.backward_ratio)[..., None]
     stage_f = np.max(np.where(on, np.maximum(compute, link), 0.0), axis=-1)
     stage_b = np.max(np.where(on, np.maximum(rho * compute, link), 0.0), axis=-1)
     pipeline: FloatArray = (

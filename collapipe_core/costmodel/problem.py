@@ -11,11 +11,12 @@ B of a step and M splits it (the step's gradient does not depend on M). :meth:`R
 gives every per-micro-batch constant at the given M (for the fixed micro-batch reading they do not
 depend on M):
 
-- a_k   = (b·Φ_F + c_0·F'_k)/F'_k        forward time of one TEB (F'_k = F_k·speed_k; c_0 the fixed
-  time per TEB per micro-batch, ``network.block_overhead_s``, on the device at full speed, stretched by
-  a slowed device as its FLOPs are); backward ρ·a_k with ρ = Φ_B/Φ_F (the profile's)
-- e_k   = κ·f_k²·I·(b·(Φ_F + Φ_B)/(FLOPs/cycle) + (1 + ρ)·c_0·f_k)   compute energy of one TEB for one
-  micro-batch, per round (the fixed time burns cycles at f_k)
+- a_k   = (b·Φ_F + Φ_0)/F'_k             forward time of one TEB (F'_k = F_k·speed_k; Φ_0 the fixed work
+  of a TEB's pass per micro-batch, ``network.block_overhead_flops``: kernel launches and small-batch
+  inefficiency, counted in the device's effective FLOPs); backward ρ·a_k = (b·Φ_B + Φ_0B)/F'_k, so
+  ρ = (b·Φ_B + Φ_0B)/(b·Φ_F + Φ_0) (Φ_B/Φ_F without fixed work; the same on every device of a cluster)
+- e_k   = κ·f_k²·I·(b·(Φ_F + Φ_B) + Φ_0 + Φ_0B)/(FLOPs/cycle)   compute energy of one TEB for one
+  micro-batch, per round
 - P     = 8·b·s·d·bytes                   bits of one activation (or gradient) payload
 - τ     = ``network.link_latency_s``      the fixed latency of every transfer (protocol and propagation)
 - S0, c_F, c_B: the sum and the forward / backward maxima of the chain's fixed stages — CU compute,
@@ -168,6 +169,7 @@ class MicroCosts:
 
     samples: FloatArray | float  # b
     compute_s: FloatArray  # a_k
+    backward_ratio: FloatArray | float  # ρ: a TEB's backward time over its forward time
     compute_energy_j: FloatArray  # e_k
     payload_bits: FloatArray | float  # P
     chain_sum_s: FloatArray | float  # S0
@@ -193,7 +195,8 @@ class RoundProblem:
     memory_bytes: FloatArray
     block_forward_flops: float  # Φ_F per sample
     block_backward_flops: float  # Φ_B per sample
-    block_overhead_s: float  # c_0
+    block_overhead_flops: float  # Φ_0
+    block_backward_overhead_flops: float  # Φ_0B
     block_state_bytes: float
     block_activation_bytes: float  # a per sample
     payload_bytes: float  # s·d·bytes per sample
@@ -230,11 +233,6 @@ class RoundProblem:
     @property
     def shape(self) -> tuple[int, int]:
         return (int(self.available.shape[0]), int(self.available.shape[1]))
-
-    @property
-    def backward_ratio(self) -> float:
-        """ρ = Φ_B/Φ_F: a TEB's backward time in units of its forward time."""
-        return self.block_backward_flops / self.block_forward_flops if self.block_forward_flops > 0 else 2.0
 
     @property
     def microbatch_limit(self) -> int:
@@ -388,16 +386,18 @@ def _indexed(previous: Previous, index: Any) -> Previous:
 def _micro_costs(pr: RoundProblem, samples: FloatArray | float) -> MicroCosts:
     """The per-micro-batch constants of micro-batches of ``samples`` (b: a number, or (..., N))."""
     b = np.asarray(samples, dtype=np.float64)[..., None] if np.ndim(samples) else samples
-    overhead = pr.block_overhead_s
-    compute = b * pr.block_forward_flops / pr.flops_per_s
-    if overhead:
-        compute = compute + overhead * (pr.cpu_hz * pr.flops_per_cycle) / pr.flops_per_s
-    energy = pr.cycle_energy_j * pr.iterations * (b * (pr.block_forward_flops + pr.block_backward_flops))
-    energy = energy / pr.flops_per_cycle
-    if overhead:
-        energy = (
-            energy + pr.cycle_energy_j * pr.iterations * ((1.0 + pr.backward_ratio) * overhead) * pr.cpu_hz
-        )
+    fixed, fixed_b = pr.block_overhead_flops, pr.block_backward_overhead_flops
+    forward, backward = pr.block_forward_flops, pr.block_backward_flops
+    rho: FloatArray | float
+    if fixed or fixed_b:
+        compute = (b * forward + fixed) / pr.flops_per_s
+        rho = (np.asarray(samples) * backward + fixed_b) / (np.asarray(samples) * forward + fixed)
+        flops = b * (forward + backward) + (fixed + fixed_b)
+    else:
+        compute = b * forward / pr.flops_per_s
+        rho = backward / forward if forward > 0 else 2.0
+        flops = b * (forward + backward)
+    energy = pr.cycle_energy_j * pr.iterations * flops / pr.flops_per_cycle
     cu_f, cu_b, edge_f, edge_b = (samples * f for f in pr.chain_flops)
     cu_f, cu_b = cu_f / pr.cu_flops_per_s, cu_b / pr.cu_flops_per_s
     edge_f, edge_b = edge_f / pr.edge_flops_per_s, edge_b / pr.edge_flops_per_s
@@ -407,6 +407,7 @@ def _micro_costs(pr: RoundProblem, samples: FloatArray | float) -> MicroCosts:
     return MicroCosts(
         samples=samples,
         compute_s=compute,
+        backward_ratio=rho,
         compute_energy_j=energy,
         payload_bits=payload_bits,
         chain_sum_s=cu_f + cu_link + edge_f + edge_b + edge_link + cu_b,
@@ -442,7 +443,8 @@ def build_problem(state: RoundState) -> RoundProblem:
         memory_bytes=np.asarray(sc.memory_bytes, dtype=np.float64),
         block_forward_flops=forward,
         block_backward_flops=prof.block_backward_flops,
-        block_overhead_s=sc.block_overhead_s,
+        block_overhead_flops=sc.block_overhead_flops,
+        block_backward_overhead_flops=sc.block_backward_overhead_flops,
         block_state_bytes=prof.block_state_bytes,
         block_activation_bytes=prof.block_activation_bytes,
         payload_bytes=prof.payload_bytes,

@@ -6,12 +6,12 @@ devices work in parallel (data parallelism). Per cluster n with m_n participants
 
 - the CU embeds the X_n samples and sends each participant its share x_k = X_n/m_n over its link (the
   CU's configured rate, one share after another);
-- device k runs all L TEBs forward on its share, T^F_k = x_k·L·Φ_F/F_k (+ L·c_0: one pass of fixed costs),
+- device k runs all L TEBs forward on its share, T^F_k = (x_k·L·Φ_F + L·Φ_0)/F_k (one pass of fixed work),
   and sends the outputs to the edge server over its own link (x_k·s·d·bytes at r_k, + τ);
 - the edge server runs the head forward and backward on all X_n samples and sends each participant its
   gradients at the configured downlink rate (one share after another);
-- device k runs all L TEBs backward, T^B_k = ρ·T^F_k, and sends the input gradients to the CU over its
-  own link; the CU runs the embedding backward.
+- device k runs all L TEBs backward, T^B_k = (x_k·L·Φ_B + L·Φ_0B)/F_k, and sends the input gradients to
+  the CU over its own link; the CU runs the embedding backward.
 
     T^iter_n = CU_F + X·P/r_CU + max_k (T^F_k + x_k·P/r_k + τ) + edge_F + edge_B
                + X·P/r_edge + max_k (T^B_k + x_k·P/r_k + τ) + CU_B          (P = payload bits per sample)
@@ -71,11 +71,13 @@ def evaluate_replicated(state: RoundState, pr: RoundProblem, decision: Decision)
         airtime = np.where(part, share * payload * u, 0.0)
         gather = np.where(part, L * pr.block_bits * u + tau, 0.0)
     tx = np.where(part, airtime + tau, 0.0)
-    overhead = (
-        pr.block_overhead_s * (pr.cpu_hz * pr.flops_per_cycle) / pr.flops_per_s
-    )  # c_0 at the device's speed
-    fwd = share * L * pr.block_forward_flops / pr.flops_per_s + np.where(part, L * overhead, 0.0)
-    bwd = pr.backward_ratio * fwd
+    fixed, fixed_b = pr.block_overhead_flops, pr.block_backward_overhead_flops  # one pass of fixed work
+    fwd = share * L * pr.block_forward_flops / pr.flops_per_s + np.where(
+        part, L * fixed / pr.flops_per_s, 0.0
+    )
+    bwd = share * L * pr.block_backward_flops / pr.flops_per_s + np.where(
+        part, L * fixed_b / pr.flops_per_s, 0.0
+    )
     cu_f, cu_b, edge_f, edge_b = (batch * f for f in pr.chain_flops)
     cu_f, cu_b = cu_f / pr.cu_flops_per_s, cu_b / pr.cu_flops_per_s
     edge = (edge_f + edge_b) / pr.edge_flops_per_s
@@ -92,9 +94,7 @@ def evaluate_replicated(state: RoundState, pr: RoundProblem, decision: Decision)
     comm = np.where(part, transmit + gather, 0.0)
     idle = np.where(part, np.maximum(iters * iteration[:, None] - compute - transmit, 0.0), 0.0)
     cycles = iters * share * L * (pr.block_forward_flops + pr.block_backward_flops) / pr.flops_per_cycle
-    cycles = cycles + np.where(
-        part, iters * L * (1.0 + pr.backward_ratio) * pr.block_overhead_s * pr.cpu_hz, 0.0
-    )
+    cycles = cycles + np.where(part, iters * L * (fixed + fixed_b) / pr.flops_per_cycle, 0.0)
     airtime_total = iters * 2.0 * airtime + np.where(part, L * pr.block_bits * u, 0.0)
     energy = np.where(part, pr.cycle_energy_j * cycles + power * airtime_total, 0.0) + moves.upload_energy_j
     comm = comm + moves.upload_s

@@ -84,7 +84,7 @@ def link_terms(
     mc = pr.micro_costs(micro)
     x = np.max(np.where(delta > 0, delta * mc.compute_s, 0.0), axis=-1)
     stage_f = np.maximum(mc.chain_max_forward_s, x)
-    stage_b = np.maximum(mc.chain_max_backward_s, pr.backward_ratio * x)
+    stage_b = np.maximum(mc.chain_max_backward_s, mc.backward_ratio * x)
     if pr.link_latency_s:
         stage_f = np.maximum(stage_f - pr.link_latency_s, 0.0)
         stage_b = np.maximum(stage_b - pr.link_latency_s, 0.0)

@@ -161,7 +161,11 @@ def _cluster_bounds(
     max_gather = 1.0 / _equalised_rate(c, d, np.where(sched, delta, 1.0).astype(np.float64), sched)
     rows = pr.rows(np.full(delta.shape[0], n))
     mc = rows.micro_costs(micro)
-    p_bits, tau, rho = np.asarray(mc.payload_bits), pr.link_latency_s, pr.backward_ratio
+    p_bits, tau, rho = (
+        np.asarray(mc.payload_bits),
+        pr.link_latency_s,
+        np.asarray(mc.backward_ratio)[..., None],
+    )
     x = delta * mc.compute_s
     c_f = np.maximum(mc.chain_max_forward_s, np.max(np.where(sched, x, 0.0), axis=1))
     c_b = np.maximum(mc.chain_max_backward_s, np.max(np.where(sched, rho * x, 0.0), axis=1))

@@ -116,7 +116,7 @@ def _system(pr: RoundProblem, delta: IntArray, micro: IntArray) -> _System:
     m = micro.astype(np.float64)
     mc = pr.micro_costs(micro)
     p_bits = np.broadcast_to(np.asarray(mc.payload_bits, dtype=np.float64), (c_count, n))
-    tau, rho = pr.link_latency_s, pr.backward_ratio
+    tau, rho = pr.link_latency_s, np.asarray(mc.backward_ratio)[..., None]
     x = delta * mc.compute_s
     bits = 2.0 * pr.iterations * m[..., None] * p_bits[..., None] + delta * pr.block_bits
     compute_energy = np.sum(

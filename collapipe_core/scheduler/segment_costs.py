@@ -77,7 +77,8 @@ def current_links(rows: LinkRows) -> SegmentCosts:
     fixed = w[:, None] * pr.V * it * 2 * p_bits * u + pr.queues * power * u * 2 * it * m * p_bits
     if tau:  # each scheduled device's two transfers per micro-batch wait τ each
         fixed = fixed + w[:, None] * pr.V * it * 2 * tau
-    per_block = w[:, None] * pr.V * it * (1 + pr.backward_ratio) * mc.compute_s + pr.queues * (
+    rho = np.broadcast_to(np.asarray(mc.backward_ratio, dtype=np.float64), micro.shape)
+    per_block = w[:, None] * pr.V * it * (1 + rho[:, None]) * mc.compute_s + pr.queues * (
         m * mc.compute_energy_j + power * u * b_bits
     )
     return SegmentCosts(
@@ -86,7 +87,7 @@ def current_links(rows: LinkRows) -> SegmentCosts:
         caps=pr.memory_caps(micro),
         compute_s=np.broadcast_to(mc.compute_s, u.shape),
         link_s=p_bits * u + tau,
-        backward_ratio=np.full(micro.size, pr.backward_ratio),
+        backward_ratio=rho,
         c1=w * pr.V * it * (m[:, 0] - 1.0),
         c2=v * pr.V,
         c3=w * pr.V,
@@ -109,6 +110,7 @@ def bandwidth_price(rows: LinkRows) -> SegmentCosts:
     u_now = np.where(on, zeta / np.maximum(beta, 1e-300), 0.0)
     m = rows.micro.astype(np.float64)
     mc = pr.micro_costs(rows.micro)
+    rho = np.broadcast_to(np.asarray(mc.backward_ratio, dtype=np.float64), rows.micro.shape)
     p_bits, tau = np.asarray(mc.payload_bits)[..., None, None], pr.link_latency_s
     terms = link_terms(pr, delta, m, w, v)
     rate_slope = np.where(on, 1.0 / zeta, 1.0)
@@ -129,7 +131,7 @@ def bandwidth_price(rows: LinkRows) -> SegmentCosts:
         w[:, None, None]
         * pr.V
         * pr.iterations
-        * ((1 + pr.backward_ratio) * compute[..., None] * d + 2 * p_bits * u)
+        * ((1 + rho[:, None, None]) * compute[..., None] * d + 2 * p_bits * u)
         + (pr.queues * mc.compute_energy_j)[..., None] * m[:, None, None] * d
         + energy * x / ell
         + mu / (pr.bandwidth_hz * ell * u)
@@ -142,7 +144,7 @@ def bandwidth_price(rows: LinkRows) -> SegmentCosts:
         caps=pr.memory_caps(rows.micro),
         compute_s=compute,
         link_s=np.broadcast_to(p_bits[..., 0] * z1[:, :, 0] + tau, delta.shape),
-        backward_ratio=np.full(m.size, pr.backward_ratio),
+        backward_ratio=rho,
         c1=w * pr.V * pr.iterations * (m - 1.0),
         c2=np.zeros(m.size),
         c3=np.zeros(m.size),

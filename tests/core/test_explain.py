@@ -80,7 +80,8 @@ def test_a_concentrated_decision_says_what_spreading_would_cost() -> None:
             decision = get_policy("dssda").decide(state)
         except ValueError:
             continue
-        if concentrated(decision) and state.profile.num_blocks > 1 and np.all(state.available.sum(axis=1) > 1):
+        spreadable = state.profile.num_blocks > 1 and np.all(state.available.sum(axis=1) > 1)
+        if concentrated(decision) and spreadable:
             break
     else:
         pytest.fail("no random round where DSSDA concentrates")
@@ -90,7 +91,7 @@ def test_a_concentrated_decision_says_what_spreading_would_cost() -> None:
     spread = explanation["counterfactuals"][0]
     if spread["decision"] is not None:
         worst = max(("compute", "links", "energy", "convergence"), key=lambda t: spread["delta"][t])
-        named = {"compute": "compute time", "links": "link time", "energy": "energy", "convergence": "convergence"}
+        named = {"compute": "compute", "links": "link time", "energy": "energy", "convergence": "convergence"}
         assert named[worst] in sentence
 
 

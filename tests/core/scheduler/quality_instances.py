@@ -180,9 +180,9 @@ def small_instance(seed: int) -> RoundState:
 def small_fixed_batch_instance(seed: int) -> RoundState:
     """One round of :func:`small_instance`'s kind in the fixed-batch reading: a step's batch B of 4–48
     samples split into M micro-batches of B/M (M one of B's divisors up to M_max), every transfer paying a
-    latency τ of 0–20 ms and every TEB a fixed time c_0 of 0–2 ms per micro-batch — the per-micro-batch
-    costs that give M an interior optimum. Redrawn until ``optimal`` has at most :data:`SMALL_CANDIDATES`
-    candidates."""
+    latency τ of 0–20 ms and every TEB's pass a fixed work Φ_0 of 0–20 MFLOP per micro-batch (its backward
+    1 or 2 × that) — the per-micro-batch costs that give M an interior optimum. Redrawn until ``optimal``
+    has at most :data:`SMALL_CANDIDATES` candidates."""
     rng = np.random.default_rng([seed, 0xF1B4])
     while True:
         clusters = 1 if rng.random() < 0.6 else 2
@@ -198,6 +198,7 @@ def small_fixed_batch_instance(seed: int) -> RoundState:
     seq_len = int(rng.choice([8, 16, 32]))
     block_bytes = 4.0 * 12 * d_model**2 * 4 + 4.0 * batch * seq_len * 15 * d_model
     overhead = float(rng.choice([1.0, 16.0])) * 2**20
+    overhead_flops = float(rng.choice([0.0, 2e6, 2e7]))
     env = environment(
         seed=int(rng.integers(0, 2**31)),
         network={
@@ -214,7 +215,8 @@ def small_fixed_batch_instance(seed: int) -> RoundState:
             "cu_flops_per_s": float(10 ** rng.uniform(9.5, 11)),
             "edge_flops_per_s": float(10 ** rng.uniform(10, 12)),
             "link_latency_s": float(rng.choice([0.0, 1e-3, 5e-3, 2e-2])),
-            "block_overhead_s": float(rng.choice([0.0, 2e-4, 2e-3])),
+            "block_overhead_flops": overhead_flops,
+            "block_backward_overhead_flops": overhead_flops * float(rng.choice([1.0, 2.0])),
         },
         channel={"bandwidth_hz": float(10 ** rng.uniform(5.5, 7.3))},
         model={
