@@ -52,6 +52,7 @@ def test_within_one_percent_of_the_optimum_with_a_fixed_batch_and_per_micro_batc
         decision, value = dssda.solve(state)
         ev = evaluate(state, decision)
         assert ev.feasible, (seed, ev.violations)
+        assert ev.objective == pytest.approx(value, rel=1e-9)
         assert state.settings.batch_size is not None
         assert all(state.settings.batch_size % m == 0 for m in decision.num_microbatches())
         chosen.update(decision.num_microbatches().tolist())
