@@ -45,6 +45,11 @@ DATASET_KINDS: dict[str, str] = {
 """The task kind of each bundled dataset (``files`` take the model's kind)."""
 
 MAX_INT = 2**63 - 1  # what a database integer column and numpy's seeding take
+MAX_DEVICES = 4096
+"""Most devices of a run (num_clusters × devices_per_cluster): every round stores and streams one record per
+device, so the product bounds a round's size (the two fields are each bounded by 1,000)."""
+MAX_DEVICE_ROUNDS = 10_000_000
+"""Most device records of a run (devices × rounds): what its stored rounds and exports can grow to."""
 
 
 def _integral(value: object) -> object:
@@ -95,7 +100,10 @@ class NetworkConfig(_Section):
 
     num_clusters: Integral = Field(default=2, ge=1, le=1000, description="N: clusters (FedAvg participants)")
     devices_per_cluster: Integral = Field(
-        default=4, ge=1, le=1000, description="K: mobile devices per cluster"
+        default=4,
+        ge=1,
+        le=1000,
+        description=f"K: mobile devices per cluster (num_clusters × K at most {MAX_DEVICES})",
     )
     profiles: list[DeviceProfile] | None = Field(
         default=None,
@@ -158,6 +166,17 @@ class NetworkConfig(_Section):
         description="CSV or JSON of measured per-round device speed and availability "
         "(columns: round, cluster, device, speed_factor, available)",
     )
+
+    @field_validator("devices_per_cluster")
+    @classmethod
+    def _devices_in_all(cls, value: int, info: ValidationInfo) -> int:
+        clusters = info.data.get("num_clusters")
+        if isinstance(clusters, int) and clusters * value > MAX_DEVICES:
+            raise ValueError(
+                f"num_clusters × devices_per_cluster = {clusters} × {value} = {clusters * value} devices, "
+                f"more than {MAX_DEVICES}: every round keeps a record per device; use fewer of either"
+            )
+        return value
 
 
 class ChannelConfig(_Section):

@@ -25,6 +25,7 @@ from collapipe_core.config import (
     DATASET_KINDS,
     DATASETS,
     DATASETS_CAUSAL_LM,
+    MAX_DEVICE_ROUNDS,
     USER_FILES,
     ExperimentConfig,
 )
@@ -225,6 +226,14 @@ def check_config(
     def add(field: str, value: Any, message: str) -> None:
         problems.append(ConfigProblem(field, value, message))
 
+    devices = config.network.num_clusters * config.network.devices_per_cluster
+    if devices * t.rounds > MAX_DEVICE_ROUNDS:
+        add(
+            "training.rounds",
+            t.rounds,
+            f"{devices} devices × {t.rounds} rounds = {devices * t.rounds} device records, more than "
+            f"{MAX_DEVICE_ROUNDS:,}; run at most {MAX_DEVICE_ROUNDS // devices} rounds, or fewer devices",
+        )
     if d.dataset not in DATASETS:
         add("data.dataset", d.dataset, f"unknown dataset; choose one of {', '.join(DATASETS)}")
     elif d.dataset in DATASET_KINDS and DATASET_KINDS[d.dataset] != m.kind:

@@ -303,3 +303,18 @@ def test_a_trace_with_a_huge_number_is_refused_naming_the_field(tmp_path: Path) 
         parse_config(_with("network.trace_file", "t.json"), service)
     [problem] = info.value.problems
     assert problem.field == "network.trace_file" and "not valid JSON" in problem.message
+
+
+def test_a_run_s_size_is_bounded_before_anything_runs() -> None:
+    """A million devices validated in about a second and then filled the database: the devices of a run
+    and its device records (devices × rounds) are bounded, each refusal naming the field."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({"network": {"num_clusters": 1000, "devices_per_cluster": 1000}})
+    assert [p.field for p in err.value.problems] == ["network.devices_per_cluster"]
+    assert "4096" in err.value.problems[0].message
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            {"network": {"num_clusters": 64, "devices_per_cluster": 64}, "training": {"rounds": 10_000}}
+        )
+    assert [p.field for p in err.value.problems] == ["training.rounds"]
+    assert "at most 2441 rounds" in err.value.problems[0].message
