@@ -61,13 +61,17 @@ process builds; they end with the process (daemons)."""
 
 
 def _limit_memory(memory_bytes: int | None) -> None:
-    """Cap this process's address space at what it holds now plus ``memory_bytes``."""
+    """Cap this process's address space at what it holds now plus ``memory_bytes`` (Linux: elsewhere
+    there is no /proc to read the size from, and the child runs without the cap)."""
     if memory_bytes is None:
         return
     import resource
 
-    with open("/proc/self/status", encoding="ascii") as status:
-        size_kib = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            size_kib = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+    except (OSError, StopIteration):
+        return
     limit = size_kib * 1024 + memory_bytes
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(
