@@ -17,6 +17,8 @@ form), and every decision is taken with no previous placement (``dssda.solve(sta
 
     nice -n 10 .venv/bin/python bench/scheduler_quality.py record [--small 240]
     nice -n 10 .venv/bin/python bench/scheduler_quality.py check [--only small|medium|large] [--stride 1]
+    nice -n 10 .venv/bin/python bench/scheduler_quality.py fixed-batch [--count 120]
+    nice -n 10 .venv/bin/python bench/scheduler_quality.py times [--repeats 21]
 
 ``record`` rewrites the small set of tests/core/scheduler/data/quality_references.json (the medium set is
 re-scored from its stored decisions; the large one is kept as recorded, without decisions, so a change of
@@ -26,7 +28,15 @@ infeasible (no placement fits in memory), and per recorded instance its seed, sh
 shipped, its objective and time.
 ``check`` rebuilds the instances, runs today's DSSDA and prints one JSON object: per set the ratio
 statistics, how many instances exceed the bar, and the median decision time (wall and CPU ms) per number
-of devices. Before each instance both wait while /tmp/quiet.flag exists (someone is measuring latency on
+of devices. ``fixed-batch`` solves the first ``--count`` seeds of the fixed-batch small rounds
+(``small_fixed_batch_instance``: B split into M of its divisors, per-transfer latency, fixed work per pass)
+with ``optimal`` and DSSDA and prints the same statistics against the 1.01 bar (no recorded references: the
+optimum is computed). ``times`` times DSSDA's decision at 12 devices (3 clusters × 4) × 12 blocks in both
+readings of micro-batching (the fixed micro-batch reading of ``collapipe bench paper``'s decision-time grid,
+and the same round with a fixed batch of 32, τ = 2 ms and 6 MFLOP of fixed work per pass), and apart from
+it the cost of the decision's explanation (``collapipe_core.explain``: the counterfactuals' evaluations)
+and of its constrained ``spread`` solve (DSSDA with at most L − 1 TEBs per device). Before each instance
+every command waits while /tmp/quiet.flag exists (someone is measuring latency on
 this machine).
 """
 
@@ -267,6 +277,90 @@ def check(args: argparse.Namespace) -> None:
     print(json.dumps(report, indent=1))
 
 
+def fixed_batch(args: argparse.Namespace) -> None:
+    from tests.core.scheduler.quality_instances import small_fixed_batch_instance
+
+    wait_while_quiet()
+    ratios, seeds, chosen = [], [], []
+    for seed in range(args.count):
+        state = small_fixed_batch_instance(seed)
+        try:
+            _, best, _ = optimal.solve(state)
+        except ValueError:
+            continue
+        decision, _ = dssda.solve(state)
+        ratios.append(scored(state, decision) / best)
+        seeds.append(seed)
+        chosen.extend(decision.num_microbatches().tolist())
+    print(
+        json.dumps(
+            {
+                "instances": len(ratios),
+                **ratio_figures(ratios, seeds),
+                "above_bar": sum(r > SMALL_WORST for r in ratios),
+                "microbatches_chosen": {str(m): chosen.count(m) for m in sorted(set(chosen))},
+            },
+            indent=1,
+        )
+    )
+
+
+def _timing_rounds(fixed_batch: bool, count: int) -> list[Any]:
+    """``count`` rounds of the 12 × 12 timing scenario (the channel and so the decision differ by round)."""
+    from collapipe_core.state import build_environment, observe
+    from collapipe_core.validation import parse_config
+
+    training: dict[str, Any] = {"batch_size": 32} if fixed_batch else {}
+    network: dict[str, Any] = {
+        "num_clusters": 3,
+        "devices_per_cluster": 4,
+        "memory_bytes": {"low": 2e9, "high": 4e9},
+    }
+    if fixed_batch:
+        network.update(link_latency_s=0.002, block_overhead_flops=6e6, block_backward_overhead_flops=6e6)
+    config = parse_config(
+        {
+            "executor": "analytic",
+            "network": network,
+            "model": {"num_blocks": 12, "d_model": 64, "ffn_dim": 256},
+            "data": {"dataset": "synthetic-reverse", "samples_per_cluster": 64, "eval_samples": 16},
+            "training": training,
+        }
+    )
+    env = build_environment(config, 12, 12, None)
+    return [observe(env, t) for t in range(count)]
+
+
+def times(args: argparse.Namespace) -> None:
+    from collapipe_core.costmodel import evaluate
+    from collapipe_core.explain import explain
+
+    report: dict[str, Any] = {}
+    for reading, fixed in (("fixed micro-batch", False), ("fixed batch", True)):
+        states = _timing_rounds(fixed, args.repeats + 1)
+        dssda.solve(states[-1])  # one-off start-up costs first
+        decide, explained, spread = [], [], []
+        for state in states[: args.repeats]:
+            wait_while_quiet()
+            started = time.perf_counter()
+            decision, _ = dssda.solve(state)
+            decide.append(time.perf_counter() - started)
+            ev = evaluate(state, decision)
+            started = time.perf_counter()
+            explain(state, decision, ev, optimised=False)  # the evaluations only, no constrained solve
+            explained.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            dssda.solve(state, max_blocks_per_device=state.profile.num_blocks - 1)
+            spread.append(time.perf_counter() - started)
+        report[reading] = {
+            "decision_ms_median": 1000 * statistics.median(decide),
+            "decision_ms_max": 1000 * max(decide),
+            "explanation_ms_median": 1000 * statistics.median(explained),
+            "spread_solve_ms_median": 1000 * statistics.median(spread),
+        }
+    print(json.dumps({"devices": 12, "blocks": 12, "repeats": args.repeats, **report}, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -277,11 +371,12 @@ def main() -> None:
     chk.add_argument("--references", type=Path, default=REFERENCES)
     chk.add_argument("--only", choices=["small", "medium", "large"])
     chk.add_argument("--stride", type=int, default=1, help="every n-th recorded instance")
+    fixed = commands.add_parser("fixed-batch", help="DSSDA against optimal on fixed-batch small rounds")
+    fixed.add_argument("--count", type=int, default=120, help="seeds tried (the infeasible ones are skipped)")
+    tim = commands.add_parser("times", help="decision, explanation and spread-solve times at 12 x 12")
+    tim.add_argument("--repeats", type=int, default=21)
     args = parser.parse_args()
-    if args.command == "record":
-        record(args)
-    else:
-        check(args)
+    {"record": record, "check": check, "fixed-batch": fixed_batch, "times": times}[args.command](args)
 
 
 if __name__ == "__main__":
