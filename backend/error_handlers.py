@@ -8,13 +8,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from backend.errors import DomainError, TooManyRequests
 from collapipe_core.quote import json_value
 
 log = logging.getLogger(__name__)
+
+DATABASE_RETRY_AFTER_S = 5
 
 
 def error_json(
@@ -58,6 +60,17 @@ def install_error_handlers(app: FastAPI) -> None:
         # a race the service's checks could not see (two requests creating the same name at once)
         log.warning("integrity error: %s", err.orig)
         return error_json(409, "conflict", "the change conflicts with data written meanwhile; retry")
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def _database_unavailable(_request: Request, err: DBAPIError) -> JSONResponse:
+        # the database restarts or is unreachable (or a lock wait timed out): try again shortly;
+        # a browser's live stream reconnects with backoff on this answer
+        log.warning("database unavailable: %s", (str(err.orig or err).strip().splitlines() or [""])[0])
+        message = "the database is unavailable; try again in a few seconds"
+        response = error_json(503, "database_unavailable", message)
+        response.headers["Retry-After"] = str(DATABASE_RETRY_AFTER_S)
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, err: Exception) -> JSONResponse:

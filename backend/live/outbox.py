@@ -150,6 +150,7 @@ class _Tail:
         self._changed = asyncio.Event()
         self._waiting = 0
         self._task: asyncio.Task[None] | None = None
+        self._failing = False  # the last read of the table failed (logged once until one works)
 
     def events_after(self, run_id: Selector, after: int) -> list[LiveEvent] | None:
         """The reader's events after ``after`` known so far, or None when ``after`` is older than the
@@ -191,10 +192,15 @@ class _Tail:
             if rows is None:
                 try:
                     rows = await to_thread.run_sync(channel._rows_after, self.latest, None, True)
-                except Exception:  # the database is briefly unavailable: readers time out or see it later
-                    log.exception("live events: reading new events failed; retrying")
+                except Exception as err:  # the database is unavailable: readers wait, and see it later
+                    if not self._failing:
+                        log.warning("live events: reading new events failed (%s); retrying every second", err)
+                    self._failing = True
                     await asyncio.sleep(1.0)
                     continue
+                if self._failing:
+                    log.warning("live events: reading new events works again")
+                    self._failing = False
             if rows:
                 self._append(rows)
                 self._changed.set()

@@ -4,17 +4,25 @@ Both loops wait at most half a heartbeat per read: a read that brings nothing se
 comment (proxies and browsers keep an idle stream open), and the caller's access is checked again
 whenever half a heartbeat has passed since the last check, so a revoked caller's stream ends within
 one heartbeat with an ``event: revoked``.
+
+While the database is unavailable (restarting, unreachable) an open stream stays open: it sends
+keep-alive comments and tries again every ``UNAVAILABLE_RETRY_S``, and goes on from where it was
+once the database answers (the caller's access is checked again then). A stream opened meanwhile
+gets 503 with Retry-After (backend.error_handlers).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 from backend.db.models import TERMINAL_STATUSES
 from backend.live.channel import ROUND, STATUS, LiveChannel, LiveEvent, Selector
+from backend.runtime.outage import is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -25,20 +33,37 @@ REVOKED = (
 )
 
 UNAVAILABLE = 'event: unavailable\ndata: {"message": "the live channel failed; reconnect to resume"}\n\n'
+KEEPALIVE = ": keepalive\n\n"
+UNAVAILABLE_RETRY_S = 1.0
 
 Check = Callable[[], Awaitable[bool]]
+T = TypeVar("T")
 
 
 async def _read(
     channel: LiveChannel, run_id: Selector, after: str | None, block_s: float
 ) -> list[LiveEvent] | None:
-    """The channel's next events, or None when the channel failed (logged; the stream then ends and
-    the client's reconnect resumes it with Last-Event-ID)."""
+    """The channel's next events; none (after a pause) while the database is unavailable; None when
+    the channel failed otherwise (logged; the stream then ends and the client's reconnect resumes it
+    with Last-Event-ID)."""
     try:
         return await channel.read(run_id, after, block_s)
-    except Exception:
+    except Exception as err:
+        if is_unavailable(err):
+            await asyncio.sleep(min(block_s, UNAVAILABLE_RETRY_S))
+            return []
         log.exception("live stream of run %s: reading the channel failed; ending the stream", run_id)
         return None
+
+
+async def _or_while_unavailable(call: Callable[[], Awaitable[T]], fallback: T) -> T:
+    """``await call()``, or ``fallback`` while the database is unavailable."""
+    try:
+        return await call()
+    except Exception as err:
+        if is_unavailable(err):
+            return fallback
+        raise
 
 
 def frame(event: LiveEvent) -> str:
@@ -59,10 +84,12 @@ class _Access:
         self._checked_at = time.monotonic()
 
     async def ended(self) -> bool:
+        """Whether the caller's access ended (not known while the database is unavailable: checked
+        again at the next period)."""
         if time.monotonic() - self._checked_at < self._period_s:
             return False
         self._checked_at = time.monotonic()
-        return not await self._allowed()
+        return not await _or_while_unavailable(self._allowed, True)
 
 
 async def run_events(
@@ -90,20 +117,26 @@ async def run_events(
             yield UNAVAILABLE
             return
         if not events:
-            if await is_finished():
+            if await _or_while_unavailable(is_finished, False):  # not known: the stream waits
                 events = await _read(channel, run_id, after, FINAL_GRACE_S)
                 if not events:
                     return
             else:
-                yield ": keepalive\n\n"
+                yield KEEPALIVE
                 continue
         for event in events:
             yield frame(shape(event) if shape is not None else event)
             after = event.id
         if after_batch is not None:
-            yield await after_batch()
+            progress = await _or_while_unavailable(after_batch, "")
+            if progress:
+                yield progress
         last = events[-1]
-        if _is_terminal(last) and await channel.head(run_id) == last.id and await is_finished():
+        if (
+            _is_terminal(last)
+            and await _or_while_unavailable(lambda: channel.head(run_id), "") == last.id
+            and await _or_while_unavailable(is_finished, False)
+        ):
             return
 
 
@@ -122,7 +155,7 @@ async def status_events(
             yield UNAVAILABLE
             return
         if not events:
-            yield ": keepalive\n\n"
+            yield KEEPALIVE
         for event in events:
             yield frame(event)
             after = event.id

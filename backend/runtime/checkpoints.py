@@ -27,6 +27,7 @@ from typing import Any
 
 from backend.runtime import lifecycle
 from backend.runtime.lifecycle import ClaimedRun, Lease, LeaseLost, RunStore
+from backend.runtime.outage import through_outage
 from backend.runtime.segments import Segment, relabelled
 from collapipe_core.checkpoint import TEMPORARY_SUFFIX, read_checkpoint, write_checkpoint
 
@@ -89,7 +90,8 @@ class RunCheckpoints:
         try:
             write_checkpoint(self.directory / name, payload)
         except OSError as err:
-            if not lifecycle.renew(self.store, self.lease):  # taken over: the owner removed our file
+            owned = through_outage(lambda: lifecycle.renew(self.store, self.lease), f"{self}: lease check")
+            if not owned:  # taken over: the owner removed our file
                 raise LeaseLost(f"run {self.lease.run_id}: taken over during a checkpoint write") from err
             reason = err.strerror or type(err).__name__
             raise CheckpointNotWritable(
@@ -98,7 +100,11 @@ class RunCheckpoints:
                 "COLLAPIPE_ARTIFACT_DIR, on every worker host), then resume the run: it continues from "
                 "its last checkpoint"
             ) from err
-        lifecycle.record_checkpoint(self.store, self.lease, name)  # LeaseLost: our file stays unnamed
+        # LeaseLost: our file stays unnamed
+        through_outage(
+            lambda: lifecycle.record_checkpoint(self.store, self.lease, name),
+            f"run {self.lease.run_id}: naming checkpoint {name}",
+        )
         self._current, self._next_round, self._payload = name, next_round, None
         self._delete_older(next_round)
 

@@ -14,7 +14,8 @@ processes and by the Celery task. Idempotent and safe against concurrent duplica
 3. Run the core Runner segment by segment (forks, see segments.py); each round is
    ``lifecycle.record_round``: one fenced transaction with its live event; each checkpoint is named
    by ``lifecycle.record_checkpoint``. A heartbeat thread renews the lease every lease/3 so a long
-   round keeps it. ``should_stop`` checks ``cancel_requested`` between rounds.
+   round keeps it. ``should_stop`` checks ``cancel_requested`` between rounds. While the database is
+   unavailable these writes are retried (``outage.through_outage``): the run waits and goes on.
 4. Finish (fenced): succeeded, cancelled, or failed with the error text. ``LeaseLost`` (taken over)
    returns ``"lease_lost"`` without touching the row.
 """
@@ -31,6 +32,7 @@ from typing import Literal
 from backend.runtime import lifecycle
 from backend.runtime.checkpoints import CheckpointNotWritable, RunCheckpoints
 from backend.runtime.lifecycle import ClaimedRun, Deferred, Lease, LeaseLost, RunStore
+from backend.runtime.outage import is_unavailable, through_outage
 from backend.runtime.segments import plan_segments
 from collapipe_core.records import RoundResult
 from collapipe_core.runner import Runner
@@ -70,7 +72,7 @@ def execute_run(
     keeper.start()
 
     def should_stop() -> bool:
-        return keeper.lost.is_set() or lifecycle.is_cancel_requested(store, run_id)
+        return keeper.lost.is_set() or _cancel_requested(store, run_id)
 
     status: Outcome
     error: str | None = None
@@ -100,9 +102,21 @@ def execute_run(
         status, error = "failed", f"{type(err).__name__}: {err}"
     finally:
         keeper.stop()
-    if not lifecycle.finish(store, lease, status, error):
-        return "lease_lost"
-    return status
+    finished = through_outage(
+        lambda: lifecycle.finish(store, lease, status, error), f"run {run_id}: recording its end ({status})"
+    )
+    return status if finished else "lease_lost"
+
+
+def _cancel_requested(store: RunStore, run_id: int) -> bool:
+    """Whether the run was asked to stop; False while the database is unavailable (asked again after
+    the next round)."""
+    try:
+        return lifecycle.is_cancel_requested(store, run_id)
+    except Exception as err:
+        if is_unavailable(err):
+            return False
+        raise
 
 
 class _RoundRecorder:
@@ -113,7 +127,8 @@ class _RoundRecorder:
         self.lease = lease
 
     def write_round(self, result: RoundResult) -> None:
-        lifecycle.record_round(self.store, self.lease, result)
+        what = f"run {self.lease.run_id}: storing round {result.round.round}"
+        through_outage(lambda: lifecycle.record_round(self.store, self.lease, result), what)
 
     def close(self) -> None:
         pass
