@@ -19,7 +19,9 @@ Events are written by the run lifecycle (``backend.runtime.lifecycle``) into the
 
 Event kinds and payloads (``data`` is plain JSON):
 
-- ``"round"``: ``RoundResult.to_json()`` of a newly stored round — ``{"round": {...}, "devices": [...]}``.
+- ``"round"``: ``RoundResult.to_json()`` of a newly stored round — ``{"round": {...}, "devices": [...]}``;
+  a round of more than ``lifecycle.ROUND_EVENT_DEVICES`` devices carries its first ones and
+  ``"devices_total"`` (GET /api/runs/{id}/rounds/{round}/devices serves them all).
 - ``"status"``: ``{"run_id", "status", "rounds_done", "total_rounds", "error"}``; a status in
   TERMINAL_STATUSES ends a run's SSE stream unless the run was re-queued since.
 """

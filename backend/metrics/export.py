@@ -1,16 +1,22 @@
-"""A run's records as CSV or Parquet: the rounds table (one row per round) or the devices table."""
+"""A run's records as CSV or Parquet: the rounds table (one row per round) or the devices table.
+
+A run's export is streamed: the devices table (rounds x devices rows) is read ``EXPORT_BATCH`` rows at
+a time, each batch in a short session of its own, and written out as it is read, so neither the API's
+memory nor a pooled connection is held for the whole table.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sqlalchemy.orm import Session
 
+from backend.db.engine import SessionFactory
 from backend.db.models import DEVICE_METRIC_COLUMNS
 from backend.metrics import repository as repo
 
@@ -64,10 +70,29 @@ def _round_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def table_rows(session: Session, run_id: int, table: ExportTable) -> list[dict[str, Any]]:
+EXPORT_BATCH = 5000
+
+
+def table_batches(
+    session_factory: SessionFactory, run_id: int, table: ExportTable
+) -> Iterator[list[dict[str, Any]]]:
+    """The table's rows, a batch at a time (the rounds table in one batch: its columns depend on every
+    round's evaluation figures)."""
     if table == "rounds":
-        return _round_rows(repo.all_records(session, run_id))
-    return [{c: getattr(d, c) for c in DEVICE_COLUMNS} for d in repo.device_rows(session, run_id)]
+        with session_factory() as session:
+            yield _round_rows(repo.all_records(session, run_id))
+        return
+    after: tuple[int, int, int] | None = None
+    while True:
+        with session_factory() as session:
+            rows = repo.device_rows_after(session, run_id, after, EXPORT_BATCH)
+            batch = [{c: getattr(d, c) for c in DEVICE_COLUMNS} for d in rows]
+        if batch:
+            yield batch
+        if len(batch) < EXPORT_BATCH:
+            return
+        last = batch[-1]
+        after = (last["round"], last["cluster"], last["device"])
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -80,26 +105,80 @@ def spreadsheet_safe(value: Any) -> Any:
     return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
-def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
+def csv_chunks(batches: Iterable[list[dict[str, Any]]], columns: list[str]) -> Iterator[bytes]:
+    """The CSV text of the batches' rows, the header first, a chunk per batch."""
     out = io.StringIO()
     # RFC 4180 line ends: the writer then quotes every field holding a line break, \r included
     writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\r\n")
     writer.writeheader()
-    for row in rows:
-        writer.writerow(
-            {k: spreadsheet_safe(json.dumps(v) if isinstance(v, list) else v) for k, v in row.items()}
-        )
-    return out.getvalue().encode()
+    for rows in batches:
+        for row in rows:
+            writer.writerow(
+                {k: spreadsheet_safe(json.dumps(v) if isinstance(v, list) else v) for k, v in row.items()}
+            )
+        yield out.getvalue().encode()
+        out.seek(0)
+        out.truncate()
+    if out.tell():  # no batch: the header alone
+        yield out.getvalue().encode()
+
+
+def to_csv(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
+    return b"".join(csv_chunks([rows], columns))
+
+
+class _Chunks(io.RawIOBase):
+    """A write-only stream whose bytes are taken out as they are written."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.written.append(bytes(data))
+        return len(data)
+
+    def take(self) -> bytes:
+        data, self.written = b"".join(self.written), []
+        return data
+
+
+def parquet_chunks(batches: Iterable[list[dict[str, Any]]], columns: list[str]) -> Iterator[bytes]:
+    """A Parquet file of the batches' rows, a row group per batch, its bytes as they are written."""
+    sink = _Chunks()
+    writer: pq.ParquetWriter | None = None
+    for rows in batches:
+        table = pa.Table.from_pylist(rows)
+        if writer is None:
+            writer = pq.ParquetWriter(sink, table.schema)
+        writer.write_table(table.cast(writer.schema))
+        yield sink.take()
+    if writer is None:  # no rows: the columns, typeless
+        writer = pq.ParquetWriter(sink, pa.schema([(c, pa.null()) for c in columns]))
+    writer.close()
+    yield sink.take()
 
 
 def to_parquet(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
-    table = pa.Table.from_pylist(rows) if rows else pa.table({c: pa.array([], pa.null()) for c in columns})
-    sink = io.BytesIO()
-    pq.write_table(table, sink)
-    return sink.getvalue()
+    return b"".join(parquet_chunks([rows] if rows else [], columns))
 
 
-def export(session: Session, run_id: int, table: ExportTable, fmt: ExportFormat) -> bytes:
-    rows = table_rows(session, run_id, table)
-    columns = list(rows[0]) if rows else list(ROUND_COLUMNS if table == "rounds" else DEVICE_COLUMNS)
-    return to_csv(rows, columns) if fmt == "csv" else to_parquet(rows, columns)
+def export(
+    session_factory: SessionFactory, run_id: int, table: ExportTable, fmt: ExportFormat
+) -> Iterator[bytes]:
+    """The run's table as a CSV or Parquet file, a chunk at a time."""
+    batches = table_batches(session_factory, run_id, table)
+    first = next(batches, [])
+    columns = list(first[0]) if first else list(ROUND_COLUMNS if table == "rounds" else DEVICE_COLUMNS)
+    every = _chained(first, batches)
+    return csv_chunks(every, columns) if fmt == "csv" else parquet_chunks(every, columns)
+
+
+def _chained(
+    first: list[dict[str, Any]], rest: Iterator[list[dict[str, Any]]]
+) -> Iterator[list[dict[str, Any]]]:
+    if first:
+        yield first
+    yield from rest

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select
+from sqlalchemy import Select, bindparam, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from backend.db.models import DeviceMetric, RoundMetric, Run
@@ -83,6 +83,19 @@ def device_rows(session: Session, run_id: int, round_index: int | None = None) -
     )
 
 
+def device_rows_after(
+    session: Session, run_id: int, after: tuple[int, int, int] | None, limit: int
+) -> list[DeviceMetric]:
+    """Up to ``limit`` device rows of the run in (round, cluster, device) order, after the key
+    ``after`` (None: from the first): a batch of an export that reads the table a batch at a time."""
+    query = select(DeviceMetric).where(DeviceMetric.run_id == run_id)
+    if after is not None:
+        key = tuple_(DeviceMetric.round, DeviceMetric.cluster, DeviceMetric.device)
+        query = query.where(key > tuple_(*after))
+    order = (DeviceMetric.round, DeviceMetric.cluster, DeviceMetric.device)
+    return list(session.scalars(query.order_by(*order).limit(limit)))
+
+
 def all_records(session: Session, run_id: int) -> list[dict[str, Any]]:
     query = select(RoundMetric.record).where(RoundMetric.run_id == run_id).order_by(RoundMetric.round)
     return list(session.scalars(query))
@@ -107,40 +120,25 @@ def rounds_stored_since(session: Session, since: datetime) -> int:
     return int(session.scalar(query) or 0)
 
 
-def round_results_after(
-    session: Session, run_id: int, after_round: int, limit: int
-) -> list[tuple[int, dict[str, Any]]]:
-    """Up to ``limit`` stored rounds after ``after_round``, in order, each as (round, the round's
-    ``RoundResult.to_json()`` rebuilt from the stored record and device rows) — what was published."""
-    query = (
-        select(RoundMetric.round, RoundMetric.record)
-        .where(RoundMetric.run_id == run_id, RoundMetric.round > after_round)
-        .order_by(RoundMetric.round)
-        .limit(limit)
-    )
-    records = list(session.connection().execute(query).all())
-    if not records:
-        return []
-    devices: dict[int, list[dict[str, Any]]] = {}
+def round_devices_page(
+    session: Session, run_id: int, round_index: int, limit: int, offset: int
+) -> tuple[int, list[dict[str, Any]]] | None:
+    """(how many devices round ``round_index`` has, ``limit`` of their records from ``offset``, in
+    cluster then device order, each as ``DeviceRecord.to_json()``); None when the round is not stored."""
+    record = round_record(session, run_id, round_index)
+    if record is None:
+        return None
+    where = (DeviceMetric.run_id == run_id, DeviceMetric.round == round_index)
+    total = int(session.scalar(select(func.count()).select_from(DeviceMetric).where(*where)) or 0)
     rows = session.scalars(
         select(DeviceMetric)
-        .where(
-            DeviceMetric.run_id == run_id,
-            DeviceMetric.round >= records[0][0],
-            DeviceMetric.round <= records[-1][0],
-        )
-        .order_by(DeviceMetric.round, DeviceMetric.cluster, DeviceMetric.device)
+        .where(*where)
+        .order_by(DeviceMetric.cluster, DeviceMetric.device)
+        .limit(limit)
+        .offset(offset)
     )
-    for row in rows:
-        devices.setdefault(row.round, []).append(_device_json(row))
-    results = []
-    for round_index, record in records:
-        measured = record.get("measured") or {}
-        round_devices = [
-            {**d, "measured": dict(measured.get(d["device_id"], {}))} for d in devices.get(round_index, [])
-        ]
-        results.append((int(round_index), {"round": record, "devices": round_devices}))
-    return results
+    measured = record.get("measured") or {}
+    return total, [{**_device_json(row), "measured": dict(measured.get(row.device_id, {}))} for row in rows]
 
 
 def _device_json(row: DeviceMetric) -> dict[str, Any]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from fastapi import Path as FastApiPath
+from fastapi.responses import StreamingResponse
 from pydantic import Field
 
 from backend.deps import SeriesCacheDep, SessionDep, ViewerUser, WorkspaceDep
@@ -14,12 +16,21 @@ from backend.metrics import export as exporting
 from backend.metrics import service
 from backend.metrics.downsample import MAX_POINTS, MIN_POINTS, Method
 from backend.metrics.fields import DEVICE_FIELDS, ROUND_FIELDS
-from backend.metrics.schemas import CompareOut, DecisionPage, DeviceSeries, RoundSeries, TimelineOut
+from backend.metrics.schemas import (
+    CompareOut,
+    DecisionPage,
+    DeviceSeries,
+    RoundDevicesPage,
+    RoundSeries,
+    TimelineOut,
+)
 from backend.metrics.timeline import timeline
 from backend.params import MAX_ID, IdPath, Limit, Offset, RoundQuery
 from backend.runs import service as runs
 
 router = APIRouter(tags=["metrics"], responses=ERROR_RESPONSES)
+
+MAX_DEVICES_PAGE = 1000
 
 MaxPoints = Annotated[
     int, Query(ge=MIN_POINTS, le=MAX_POINTS, description="downsample to at most this many points")
@@ -88,10 +99,22 @@ def device_series(
     to_round: ToRound = None,
     max_points: MaxPoints = 2000,
     method: MethodQuery = "lttb",
+    limit: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_DEVICES_PAGE,
+            description="a page of this many of the devices selected (cluster then device order); "
+            "default all, as long as the request reads at most 2,000,000 stored rows",
+        ),
+    ] = None,
+    offset: Offset = 0,
 ) -> DeviceSeries:
     """Per-device series of several metrics in one request, each downsampled per device."""
     queries = service.device_metric_queries(metric, max_points, method, all_devices)
-    return service.device_series(session, run_id, queries, device_id, cluster, from_round, to_round)
+    return service.device_series(
+        session, run_id, queries, device_id, cluster, from_round, to_round, limit, offset
+    )
 
 
 @router.get("/api/runs/{run_id}/decisions")
@@ -107,6 +130,20 @@ def decisions(
     """Each round's decision (per cluster M; per device δ, β, p) with its objective and feasibility,
     and what the distributed executor measured on each participant."""
     return service.decisions(session, run_id, from_round, to_round, limit, offset)
+
+
+@router.get("/api/runs/{run_id}/rounds/{round}/devices")
+def round_devices(
+    run_id: IdPath,
+    round: Annotated[int, FastApiPath(ge=0, le=MAX_ID)],
+    session: SessionDep,
+    _user: ViewerUser,
+    limit: Annotated[int, Query(ge=1, le=MAX_DEVICES_PAGE, description="page size")] = MAX_DEVICES_PAGE,
+    offset: Offset = 0,
+) -> RoundDevicesPage:
+    """One stored round's device records, a page at a time (a live ``round`` event carries the first
+    ones; a round of more devices says how many in ``devices_total``)."""
+    return service.round_devices(session, run_id, round, limit, offset)
 
 
 @router.get("/api/runs/{run_id}/timeline")
@@ -134,20 +171,21 @@ EXPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
 MEDIA_TYPES = {"csv": "text/csv", "parquet": "application/vnd.apache.parquet"}
 
 
-@router.get("/api/runs/{run_id}/export", response_class=Response, responses=EXPORT_RESPONSES)
+@router.get("/api/runs/{run_id}/export", response_class=StreamingResponse, responses=EXPORT_RESPONSES)
 def export(
     run_id: IdPath,
+    request: Request,
     session: SessionDep,
     _user: ViewerUser,
     format: exporting.ExportFormat = "csv",
     table: exporting.ExportTable = "rounds",
-) -> Response:
-    """All stored rounds (or per-device rows) of a run as CSV or Parquet."""
+) -> StreamingResponse:
+    """All stored rounds (or per-device rows) of a run as CSV or Parquet, streamed as it is read."""
     runs.ensure_exists(session, run_id)
-    content = exporting.export(session, run_id, table, format)
+    chunks = exporting.export(request.app.state.session_factory, run_id, table, format)
     filename = f"run-{run_id}-{table}.{format}"
-    return Response(
-        content,
+    return StreamingResponse(
+        chunks,
         media_type=MEDIA_TYPES[format],
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )

@@ -42,6 +42,7 @@ class DeviceMetricSeries(BaseModel):
 class DeviceSeries(BaseModel):
     run_id: int
     metrics: dict[str, DeviceMetricSeries] = Field(description="per metric, in the order asked")
+    devices_total: int = Field(description="devices the run has (page through them: offset, limit)")
 
 
 class DecisionItem(BaseModel):
@@ -82,6 +83,18 @@ class DecisionItem(BaseModel):
 class DecisionPage(BaseModel):
     run_id: int
     items: list[DecisionItem]
+    total: int
+    limit: int
+    offset: int
+
+
+class RoundDevicesPage(BaseModel):
+    """A page of one stored round's device records (``DeviceRecord`` fields, with what the distributed
+    executor measured on the device), in cluster then device order."""
+
+    run_id: int
+    round: int
+    items: list[dict[str, Any]]
     total: int
     limit: int
     offset: int

@@ -10,8 +10,8 @@ from typing import Any, get_args
 import numpy as np
 from sqlalchemy.orm import Session
 
-from backend.db.models import ROUND_METRIC_COLUMNS
-from backend.errors import InvalidInput
+from backend.db.models import ROUND_METRIC_COLUMNS, Run
+from backend.errors import InvalidInput, NotFound
 from backend.jsonsafe import sanitize
 from backend.metrics import repository as repo
 from backend.metrics.downsample import MAX_POINTS, MIN_POINTS, Floats, Method, downsample
@@ -21,11 +21,13 @@ from backend.metrics.schemas import (
     DecisionPage,
     DeviceMetricSeries,
     DeviceSeries,
+    RoundDevicesPage,
     RoundSeries,
     Series,
 )
 from backend.metrics.series_cache import SeriesCache
 from backend.runs import service as runs
+from collapipe_core.network import device_id
 
 
 def _series(
@@ -180,6 +182,30 @@ def device_metric_queries(
     return queries
 
 
+MAX_DEVICE_ROWS = 2_000_000
+"""Stored device rows (devices x rounds) one request of device series may read: a run's size must not
+turn a viewer's request into gigabytes of memory; larger asks page through the devices or rounds."""
+
+
+def _rows_to_read(run: Run, devices: int, from_round: int | None, to_round: int | None) -> int:
+    stored: int = run.rounds_done
+    last = min(stored - 1, to_round if to_round is not None else stored - 1)
+    return devices * max(0, last - (from_round or 0) + 1)
+
+
+def _page_of_devices(
+    run: Any, device_ids: Sequence[str], cluster: int | None, limit: int, offset: int
+) -> list[str]:
+    """The devices a request selects, in cluster then device order: ``device_ids`` (or, without
+    them, every device of ``cluster`` or of the run), then the page ``offset``, ``limit`` of those."""
+    if device_ids:
+        chosen = list(device_ids)
+    else:
+        clusters = [cluster] if cluster is not None else range(run.num_clusters)
+        chosen = [device_id(n, k) for n in clusters for k in range(run.devices_per_cluster)]
+    return chosen[offset : offset + limit]
+
+
 def device_series(
     session: Session,
     run_id: int,
@@ -188,14 +214,36 @@ def device_series(
     cluster: int | None,
     from_round: int | None,
     to_round: int | None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> DeviceSeries:
     """Each metric's series per device, downsampled per metric: the devices ``device_ids`` and
-    ``cluster`` select (default all), every device for a metric asked ``every_device``. One query
-    per group of metrics."""
+    ``cluster`` select (default all), a page of them with ``limit`` and ``offset``; every device of
+    that page for a metric asked ``every_device``. One query per group of metrics. InvalidInput when
+    more than ``MAX_DEVICE_ROWS`` stored rows would be read."""
+    run = runs.get(session, run_id)
+    total = run.num_clusters * run.devices_per_cluster
+    paged = limit is not None or offset > 0
+    if paged:
+        device_ids = _page_of_devices(run, device_ids, cluster, limit or total, offset)
+        cluster = None
+        if not device_ids:  # past the last device
+            return DeviceSeries(run_id=run_id, metrics={}, devices_total=total)
+    selected = len(device_ids) if device_ids else (run.devices_per_cluster if cluster is not None else total)
+    widest = total if any(m.every_device for m in metrics) and not paged else selected
+    to_read = _rows_to_read(run, widest, from_round, to_round)
+    if to_read > MAX_DEVICE_ROWS:
+        message = (
+            f"this would read {to_read} stored device rows, more than {MAX_DEVICE_ROWS}: ask fewer devices "
+            "(a page of them: limit and offset; or device_id, cluster) or fewer rounds (from, to)"
+        )
+        raise InvalidInput(message, [{"field": "limit", "value": limit, "message": message}])
     filtered = bool(device_ids) or cluster is not None
-    groups = [[m for m in metrics if not m.every_device], [m for m in metrics if m.every_device]]
+    groups = [
+        [m for m in metrics if not m.every_device or paged],
+        [m for m in metrics if m.every_device and not paged],
+    ]
     result: dict[str, DeviceMetricSeries] = {}
-    found = False
     latencies: list[tuple[Any, ...]] | None = None
     for group, selected in zip(groups, (filtered, False), strict=True):
         if not group:
@@ -209,14 +257,11 @@ def device_series(
             from_round,
             to_round,
         )
-        found = found or bool(rows)
         if rows and latencies is None:
             # read after the device rows: every round they hold is in it (rounds are only added)
             latencies = repo.round_columns(session, run_id, ["latency_s"], None, to_round)
         result.update(_device_metric_series(rows, group, latencies or []))
-    if not found:  # no rows in range, or no such run (asked only then)
-        runs.ensure_exists(session, run_id)
-    return DeviceSeries(run_id=run_id, metrics={m.name: result[m.name] for m in metrics})
+    return DeviceSeries(run_id=run_id, metrics={m.name: result[m.name] for m in metrics}, devices_total=total)
 
 
 def _device_metric_series(
@@ -260,6 +305,21 @@ def decisions(
         total=repo.count_rounds(session, run_id, from_round, to_round),
         limit=limit,
         offset=offset,
+    )
+
+
+def round_devices(
+    session: Session, run_id: int, round_index: int, limit: int, offset: int
+) -> RoundDevicesPage:
+    """A page of round ``round_index``'s device records (NotFound for a run or round not stored)."""
+    page = repo.round_devices_page(session, run_id, round_index, limit, offset)
+    if page is None:
+        run = runs.get(session, run_id)
+        raise NotFound(f"run {run_id} has no stored round {round_index} (it has {run.rounds_done} rounds)")
+    total, items = page
+    items = [sanitize(item) for item in items]
+    return RoundDevicesPage(
+        run_id=run_id, round=round_index, items=items, total=total, limit=limit, offset=offset
     )
 
 

@@ -218,6 +218,26 @@ def renew(store: RunStore, lease: Lease) -> bool:
     return owned
 
 
+ROUND_EVENT_DEVICES = 256
+"""At most this many device records in a round event: a run's size must not multiply into every live
+stream and the readers' window of recent events (clients page through the rest of a larger round:
+GET /api/runs/{id}/rounds/{round}/devices)."""
+
+
+def round_event(result: RoundResult) -> dict[str, Any]:
+    """A round's live event: ``RoundResult.to_json()`` with its first ``ROUND_EVENT_DEVICES`` device
+    records (cluster by cluster); a round with more says how many it has (``devices_total``)."""
+    devices = result.devices
+    data: dict[str, Any] = {
+        "round": result.round.to_json(),
+        "devices": [d.to_json() for d in devices[:ROUND_EVENT_DEVICES]],
+    }
+    if len(devices) > ROUND_EVENT_DEVICES:
+        data["devices_total"] = len(devices)
+    event: dict[str, Any] = sanitize(data)
+    return event
+
+
 def record_round(store: RunStore, lease: Lease, result: RoundResult) -> bool:
     """Store a round, raise ``rounds_done`` and renew the lease; its ``round`` event in the same
     transaction. A round already stored (re-run after a crash) adds nothing: False. ``LeaseLost``
@@ -228,7 +248,7 @@ def record_round(store: RunStore, lease: Lease, result: RoundResult) -> bool:
             session.rollback()
             raise LeaseLost(f"run {lease.run_id}: lease {lease.token!r} was taken over")
         inserted = insert_round(session, lease.run_id, result)
-        event = [(lease.run_id, ROUND, sanitize(result.to_json()))] if inserted else []
+        event = [(lease.run_id, ROUND, round_event(result))] if inserted else []
         appended = _append(session, event)
         crash_point("round-before-commit", index)
         session.commit()

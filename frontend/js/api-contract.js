@@ -54,6 +54,7 @@ export const API_CONTRACT = {
     "metrics{}.series{}.round", "metrics{}.series{}.value", "metrics{}.series{}.elapsed_s"
   ],
   "GET /api/runs/{run_id}/rounds": ["series{}.round", "series{}.value", "series{}.elapsed_s", "elapsed_s"],
+  "GET /api/runs/{run_id}/rounds/{round}/devices": ["items"],
   "GET /api/runs/{run_id}/decisions": [
     "items[].round", "items[].policy", "items[].objective", "items[].objective_latency",
     "items[].objective_convergence", "items[].objective_energy", "items[].num_microbatches",

@@ -5,8 +5,11 @@
 // jitter), resuming after the last event it received (?after=), until the answer says there is
 // nothing more to wait for: 204 (the run is finished and nothing is left to send) or another 4xx
 // (access ended, a bad request).
+// A round event of a large run carries its first device records and ``devices_total``: the rest is
+// fetched a page at a time before the handler gets the event (events reach handlers in order).
 
 const BACKOFF_MS = [1000, 2000, 4000, 8000, 16000, 30000];
+const DEVICES_PAGE = 1000;
 
 function backoffMs(attempt) {
   const base = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)];
@@ -15,6 +18,21 @@ function backoffMs(attempt) {
 
 function isFinal(status) {
   return status === 204 || (status >= 400 && status < 500 && status !== 408 && status !== 429);
+}
+
+/** Fill in the device records a round event of run ``runId`` left out (``devices_total``). */
+async function completeDevices(runId, data) {
+  const round = data.round && data.round.round;
+  if (runId === null || !Array.isArray(data.devices) || !Number.isInteger(round)) return;
+  while (Number.isInteger(data.devices_total) && data.devices.length < data.devices_total) {
+    const query = `offset=${data.devices.length}&limit=${DEVICES_PAGE}`;
+    const response = await fetch(`/api/runs/${runId}/rounds/${round}/devices?${query}`, { credentials: 'same-origin' });
+    if (!response.ok) throw new Error(`the devices of round ${round}: HTTP ${response.status}`);
+    const page = await response.json();
+    if (!page.items.length) break;
+    data.devices.push(...page.items);
+  }
+  delete data.devices_total;
 }
 
 /**
@@ -30,6 +48,9 @@ export function subscribe(url, handlers, { onError, onOpen } = {}) {
   let timer = null;
   let probe = null;
   let closed = false;
+  let delivered = Promise.resolve(); // events reach the handlers one after the other, in order
+  const runMatch = /\/api\/runs\/(\d+)\/events/.exec(url);
+  const runId = runMatch ? runMatch[1] : null;
 
   function currentUrl() {
     if (lastId === null) return url;
@@ -57,7 +78,13 @@ export function subscribe(url, handlers, { onError, onOpen } = {}) {
           console.warn('unreadable live event', kind, error);
           return;
         }
-        handler(data, event.lastEventId);
+        const id = event.lastEventId;
+        delivered = delivered
+          .then(() => completeDevices(runId, data))
+          .catch((error) => console.warn('live event left incomplete', kind, error))
+          .then(() => {
+            if (!closed) handler(data, id);
+          });
       });
     }
     current.addEventListener('open', () => {

@@ -6,6 +6,8 @@ round without a reload.
 - The event stream is refused (503, as while the database restarts, or a proxy's 502 while the API
   restarts): EventSource stops for good on such an answer, so live.js opens it again with a
   backoff; once a finished run's stream answers 204, it stops asking.
+- A round event of a large run carries its first device records: live.js fetches the rest before
+  the page gets the event.
 """
 
 from __future__ import annotations
@@ -165,3 +167,48 @@ def test_a_refused_stream_is_opened_again_with_backoff_until_the_run_is_finished
     asked = len(requests)
     viewer.wait_for_timeout(5000)  # longer than the stream's retry (2 s) and live.js's first backoff
     assert requests[asked:] == []
+
+
+def test_a_round_event_without_all_its_devices_reaches_the_page_whole(viewer: Page) -> None:
+    """live.js on its own: a round event that carries 2 of its 5 device records and devices_total;
+    the handler gets the event with all 5, fetched a page at a time, and events stay in order."""
+    devices = [{"device_id": f"c0-d{k}", "round": 3} for k in range(5)]
+    event = {"round": {"round": 3}, "devices": devices[:2], "devices_total": 5}
+    stream = (
+        "retry: 60000\n\n"
+        f"id: 11\nevent: round\ndata: {json.dumps(event)}\n\n"
+        f"id: 12\nevent: status\ndata: {json.dumps({'run_id': 9, 'status': 'succeeded'})}\n\n"
+    )
+    pages: list[str] = []
+
+    def devices_page(route: Route) -> None:
+        pages.append(route.request.url)
+        query = dict(part.split("=") for part in route.request.url.split("?")[1].split("&"))
+        offset, limit = int(query["offset"]), min(int(query["limit"]), 2)  # a small page size
+        body = {"run_id": 9, "round": 3, "items": devices[offset : offset + limit], "total": 5}
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    viewer.route(
+        re.compile(r"/api/runs/9/events"),
+        lambda r: r.fulfill(status=200, content_type="text/event-stream", body=stream),
+    )
+    viewer.route(re.compile(r"/api/runs/9/rounds/3/devices"), devices_page)
+    received = viewer.evaluate(
+        """async () => {
+            const { subscribe } = await import('/js/live.js');
+            const got = [];
+            await new Promise((resolve) => {
+                const close = subscribe('/api/runs/9/events', {
+                    round: (data, id) => got.push(
+                        ['round', id, data.devices.map((d) => d.device_id), 'devices_total' in data]),
+                    status: (data, id) => { got.push(['status', id]); close(); resolve(); },
+                });
+            });
+            return got;
+        }"""
+    )
+    assert received == [
+        ["round", "11", [d["device_id"] for d in devices], False],
+        ["status", "12"],
+    ]
+    assert [re.sub(r".*\?", "", url) for url in pages] == ["offset=2&limit=1000", "offset=4&limit=1000"]

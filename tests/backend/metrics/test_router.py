@@ -13,7 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
 
-from backend.db.models import RoundMetric
+from backend.db.models import RoundMetric, RunEvent
+from backend.metrics import export as exporting
+from backend.metrics import repository as metrics_repository
+from backend.metrics import service
 from tests.backend.builders import tiny_config
 from tests.backend.conftest import Api
 
@@ -41,6 +44,56 @@ def test_round_series_columns_and_record_fields(api: Api, run_id: int) -> None:
     assert len(body["series"]["bubble_fraction_mean"]["value"]) == 12
     # analytic: nothing trained
     assert body["series"]["train_loss"] == {"round": [], "value": [], "elapsed_s": []}
+
+
+def test_a_rounds_device_records_come_a_page_at_a_time(api: Api, run_id: int) -> None:
+    viewer = api.as_("viewer")
+    first = api.client.get(f"/api/runs/{run_id}/rounds/7/devices", params={"limit": 4}, headers=viewer).json()
+    rest = api.client.get(
+        f"/api/runs/{run_id}/rounds/7/devices", params={"limit": 4, "offset": 4}, headers=viewer
+    ).json()
+    assert (first["total"], first["limit"], first["offset"], rest["offset"]) == (6, 4, 0, 4)
+    devices = first["items"] + rest["items"]
+    assert [d["device_id"] for d in devices] == ["c0-d0", "c0-d1", "c0-d2", "c1-d0", "c1-d1", "c1-d2"]
+    assert all(d["round"] == 7 and d["measured"] == {} for d in devices)
+    # the same records a round event carries
+    with api.session_factory() as session:
+        event = session.scalars(
+            select(RunEvent)
+            .where(RunEvent.run_id == run_id, RunEvent.kind == "round")
+            .order_by(RunEvent.position)
+        ).all()[7]
+    assert event.data["devices"] == devices
+    missing = api.client.get(f"/api/runs/{run_id}/rounds/12/devices", headers=viewer)
+    assert missing.status_code == 404 and "has no stored round 12" in missing.json()["error"]["message"]
+    assert api.client.get("/api/runs/999/rounds/0/devices", headers=viewer).status_code == 404
+    too_many = api.client.get(f"/api/runs/{run_id}/rounds/0/devices", params={"limit": 1001}, headers=viewer)
+    assert too_many.status_code == 422 and "limit" in too_many.json()["error"]["message"]
+
+
+def test_device_series_page_through_the_devices_and_refuse_reading_too_much(
+    api: Api, run_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    viewer = api.as_("viewer")
+    url = f"/api/runs/{run_id}/devices"
+    asks = [{"metric": "energy_j", "limit": 4, "offset": offset} for offset in (0, 4, 8)]
+    pages = [api.client.get(url, params=ask, headers=viewer).json() for ask in asks]
+    assert [sorted(p["metrics"].get("energy_j", {}).get("series", {})) for p in pages] == [
+        ["c0-d0", "c0-d1", "c0-d2", "c1-d0"],
+        ["c1-d1", "c1-d2"],
+        [],
+    ]
+    assert [p["devices_total"] for p in pages] == [6, 6, 6]
+    # a request may read only so many stored rows (devices x rounds): 12 rounds x 6 devices here
+    monkeypatch.setattr(service, "MAX_DEVICE_ROWS", 20)
+    refused = api.client.get(url, params={"metric": "energy_j"}, headers=viewer)
+    assert refused.status_code == 422
+    assert "72 stored device rows" in refused.json()["error"]["message"]
+    assert "limit and offset" in refused.json()["error"]["message"]
+    one = api.client.get(url, params={"metric": "energy_j", "limit": 1}, headers=viewer)
+    assert one.status_code == 200 and list(one.json()["metrics"]["energy_j"]["series"]) == ["c0-d0"]
+    ranged = api.client.get(url, params={"metric": "energy_j", "from": 10}, headers=viewer)
+    assert ranged.status_code == 200  # 2 rounds x 6 devices
 
 
 def test_round_series_range_and_downsampling(api: Api, run_id: int) -> None:
@@ -180,6 +233,41 @@ def test_export_csv_and_parquet(api: Api, run_id: int) -> None:
     )
     table = pq.read_table(io.BytesIO(parquet.content))
     assert table.num_rows == 12 * 6 and "energy_j" in table.column_names
+
+
+def test_the_devices_export_is_read_and_written_a_batch_at_a_time(
+    api: Api, run_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The devices table (rounds x devices rows) streams: read in batches of its own short sessions,
+    each written out as it comes, with the same file as a whole."""
+    viewer = api.as_("viewer")
+    whole = {
+        fmt: api.client.get(
+            f"/api/runs/{run_id}/export", params={"format": fmt, "table": "devices"}, headers=viewer
+        )
+        for fmt in ("csv", "parquet")
+    }
+    reads: list[int] = []
+    batch_of = metrics_repository.device_rows_after
+
+    def counted(*args: Any) -> Any:
+        rows = batch_of(*args)
+        reads.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(metrics_repository, "device_rows_after", counted)
+    monkeypatch.setattr(exporting, "EXPORT_BATCH", 10)
+    streamed = api.client.get(
+        f"/api/runs/{run_id}/export", params={"format": "csv", "table": "devices"}, headers=viewer
+    )
+    assert reads == [10] * 7 + [2]  # 72 rows
+    assert streamed.text == whole["csv"].text and len(list(csv.DictReader(io.StringIO(streamed.text)))) == 72
+    parquet = api.client.get(
+        f"/api/runs/{run_id}/export", params={"format": "parquet", "table": "devices"}, headers=viewer
+    )
+    batched = pq.read_table(io.BytesIO(parquet.content))
+    assert batched.equals(pq.read_table(io.BytesIO(whole["parquet"].content)))
+    assert pq.ParquetFile(io.BytesIO(parquet.content)).num_row_groups == 8
 
 
 def test_blocks_moved_are_stored_served_exported_and_drawn(api: Api) -> None:

@@ -13,7 +13,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.engine import SessionLimits, make_engine, make_session_factory
-from backend.db.models import RoundMetric, Run, RunEvent
+from backend.db.models import DeviceMetric, RoundMetric, Run, RunEvent
 from backend.live.channel import ROUND, STATUS, LiveEvent
 from backend.runtime import lifecycle
 from backend.runtime.lifecycle import Lease, LeaseLost, RunStore
@@ -104,6 +104,31 @@ def test_a_round_and_its_event_commit_together_once(session_factory: Factory) ->
     assert _row(session_factory, run_id).rounds_done == 3  # never goes back
     assert event_summary(session_factory, run_id) == [(STATUS, "running"), (ROUND, 0), (ROUND, 1), (ROUND, 2)]
     assert wakes.keys == ["running", 0, 1, 2]
+
+
+def test_a_round_event_carries_a_bounded_number_of_device_records(
+    session_factory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's size must not multiply into every live stream: the event carries the first device
+    records and says how many the round has; the database stores them all."""
+    monkeypatch.setattr(lifecycle, "ROUND_EVENT_DEVICES", 4)
+    run_id = insert_run(session_factory)
+    store = RunStore(session_factory)
+    claimed = lifecycle.claim(store, run_id, "a", 30.0)
+    assert isinstance(claimed, tuple)
+    result = _round(0)
+    assert lifecycle.record_round(store, claimed[0], result)
+    with session_factory() as session:
+        event = session.scalars(
+            select(RunEvent).where(RunEvent.run_id == run_id, RunEvent.kind == ROUND)
+        ).one()
+        stored = session.scalar(
+            select(func.count()).select_from(DeviceMetric).where(DeviceMetric.run_id == run_id)
+        )
+    assert len(result.devices) == 6 and stored == 6
+    assert event.data["devices_total"] == 6
+    assert event.data["devices"] == [d.to_json() for d in result.devices[:4]]
+    assert event.data["round"]["round"] == 0
 
 
 @pytest.mark.parametrize("point", ["round-before-commit", "status-change"])
