@@ -422,6 +422,31 @@ class DataConfig(_Section):
 
 
 DEFAULT_MICROBATCH_SIZE = 8
+MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$"
+
+
+class PeftConfig(_Section):
+    """Parameter-efficient fine-tuning with the ``peft`` library: the model's weights stay frozen and
+    only low-rank adapters (and ``modules_to_save``) train; FedAvg averages only what trains."""
+
+    method: Literal["lora"] = Field(default="lora", description="lora: low-rank adapters (LoRA)")
+    r: Integral = Field(default=8, ge=1, le=4096, description="the adapters' rank (at most the hidden size)")
+    alpha: PositiveFloat = Field(default=16.0, description="LoRA's scale α (the update is scaled by α/r)")
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="dropout on the adapters' input")
+    target_modules: list[Annotated[str, Field(pattern=MODULE_NAME)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="the linear layers that get adapters; default per architecture: the attention "
+        "projections (builtin: qkv, out, self_qkv, cross_q, cross_kv; bert: query, key, value; bart: "
+        "q_proj, k_proj, v_proj; gpt2: c_attn; llama: q_proj, k_proj, v_proj, o_proj)",
+    )
+    modules_to_save: list[Annotated[str, Field(pattern=MODULE_NAME)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="further modules trained in full and averaged (e.g. a classifier head)",
+    )
 
 
 class TrainingConfig(_Section):
@@ -448,6 +473,17 @@ class TrainingConfig(_Section):
     lr: PositiveFloat = Field(default=3e-3, description="learning rate")
     weight_decay: float = Field(default=0.0, ge=0.0, le=MAX_FLOAT)
     schedule: Literal["gpipe", "1f1b"] = Field(default="gpipe", description="micro-batch schedule")
+    precision: Literal["fp32", "bf16"] = Field(
+        default="fp32",
+        description="fp32, or bf16: autocast per op with fp32 trainable weights, gradients and optimizer "
+        "state; only the frozen weights are stored in bf16; activations cross stages in bf16",
+    )
+    activation_checkpointing: Literal["none", "all", "auto"] = Field(
+        default="none",
+        description="recompute each block's activations in backward (one extra forward; only the blocks' "
+        "inputs kept): none, on every device (all), or where DSSDA's decision needs the memory (auto)",
+    )
+    peft: PeftConfig | None = Field(default=None, description="train adapters instead of every weight")
 
     @field_validator("batch_size")
     @classmethod

@@ -226,6 +226,17 @@ def check_config(
     def add(field: str, value: Any, message: str) -> None:
         problems.append(ConfigProblem(field, value, message))
 
+    for field, value, default in (
+        ("training.peft", t.peft, None),
+        ("training.precision", t.precision, "fp32"),
+        ("training.activation_checkpointing", t.activation_checkpointing, "none"),
+    ):
+        if value != default:  # the executors and the cost model do not train this way yet
+            add(
+                field,
+                value if value is None or isinstance(value, str) else "…",
+                "is not available yet; leave it out",
+            )
     devices = config.network.num_clusters * config.network.devices_per_cluster
     if devices * t.rounds > MAX_DEVICE_ROUNDS:
         add(
