@@ -25,6 +25,12 @@ subprocess on loopback:
 - ``ingest``: rounds per second recorded through the run lifecycle (``lifecycle.record_round``:
   one fenced transaction per round with its outbox event, then the stack's wake-up), 1,000 rounds x
   20 devices; ``ingest_without_wake_postgres``: the same on PostgreSQL without wake-ups.
+- ``frozen_outbox``: a worker held inside a round's transaction (its round and live event written, not
+  committed, as one frozen by SIGSTOP), on PostgreSQL: the time another run takes to record each of
+  50 rounds (``lifecycle.record_round``) and a launch takes to commit (``lifecycle.create``, as
+  ``POST /api/runs`` does), 20 times, beside the same with no transaction held. Goal: no round nor
+  launch delayed by more than a second (max_ms <= 1000 while held). ``--frozen-outbox-only`` runs
+  just this.
 - ``stream_load``: the service started as ``collapipe serve`` runs it (uvicorn, access log on, and
   a Celery worker for production) with 100 SSE streams opened at once on a running run while the
   run listing is requested 50 times a second for 20 s (tests/integration/stream_load.py, what
@@ -397,6 +403,88 @@ def measure_stack(
     return report
 
 
+# -- a worker frozen inside its round's transaction --------------------------------------------------
+
+
+def _timed_ms(action: Any) -> float:
+    started = time.perf_counter()
+    action()
+    return (time.perf_counter() - started) * 1000
+
+
+def _launch(factory: Any, config: dict[str, Any]) -> None:
+    with factory() as session:
+        run = Run(
+            name="launched",
+            config=config,
+            total_rounds=10,
+            policy="uniform",
+            executor="analytic",
+            V=config["scheduler"]["V"],
+            num_clusters=config["network"]["num_clusters"],
+            devices_per_cluster=config["network"]["devices_per_cluster"],
+        )
+        lifecycle.create(session, run, NoWake())
+        session.commit()
+
+
+def _rounds_and_launches(
+    factory: Any, run_id: int, results: list[RoundResult], config: dict[str, Any]
+) -> Any:
+    store = RunStore(factory)
+    lease = Lease(run_id, CLAIMANT, 3600.0)
+    rounds = [_timed_ms(lambda r=r: lifecycle.record_round(store, lease, r)) for r in results[:50]]
+    launches = [_timed_ms(lambda: _launch(factory, config)) for _ in range(20)]
+    summary = {}
+    for name, values in (("other_run_round_ms", rounds), ("launch_ms", launches)):
+        ordered = sorted(values)
+        summary[name] = {"p50": round(ordered[len(ordered) // 2], 2), "max_ms": round(ordered[-1], 2)}
+    return summary
+
+
+def bench_frozen_outbox(
+    database_url: str, results: list[RoundResult], config: dict[str, Any]
+) -> dict[str, Any]:
+    """Another run's rounds and launches with no transaction held, then with a worker held inside its
+    round's transaction (held at the transaction's last step before its commit)."""
+    import threading
+
+    engine = make_engine(database_url)
+    factory = make_session_factory(engine)
+    report = {
+        "free": _rounds_and_launches(factory, add_running_run(database_url, config, 60), results, config)
+    }
+    held_run = add_running_run(database_url, config, 60)
+    inside, release = threading.Event(), threading.Event()
+    real_crash_point = lifecycle.crash_point
+
+    def hold(point: str, key: object) -> None:
+        if point == "round-before-commit" and threading.current_thread().name == "held-worker":
+            inside.set()
+            release.wait(120)
+        real_crash_point(point, key)
+
+    lifecycle.crash_point = hold  # type: ignore[assignment]
+    worker = threading.Thread(
+        target=lifecycle.record_round,
+        args=(RunStore(factory), Lease(held_run, CLAIMANT, 3600.0), results[0]),
+        name="held-worker",
+    )
+    worker.start()
+    try:
+        assert inside.wait(30), "the held worker never reached its commit"
+        report["held"] = _rounds_and_launches(
+            factory, add_running_run(database_url, config, 60), results, config
+        )
+    finally:
+        release.set()
+        worker.join(60)
+        lifecycle.crash_point = real_crash_point  # type: ignore[assignment]
+        engine.dispose()
+    report["goal"] = "held max_ms <= 1000 for rounds and launches"
+    return report
+
+
 def live_results(results: list[RoundResult], count: int) -> list[RoundResult]:
     return results[:count] if count <= len(results) else round_results(count)[1]
 
@@ -424,6 +512,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-stream-load", action="store_true", help="skip the 100-streams + listing scenario (~2 min)"
+    )
+    parser.add_argument(
+        "--frozen-outbox-only", action="store_true", help="measure only a worker frozen in its transaction"
     )
     parser.add_argument(
         "--without",
@@ -460,6 +551,12 @@ def embedded_env(database_url: str, root: Path) -> dict[str, str]:
 def main() -> None:
     args = parse_args()
     report: dict[str, Any] = {"args": vars(args), "load_average_at_start": load_average()}
+    with fresh_postgres_database("collapipe_bench") as pg_url:
+        config, results = round_results(60)
+        report["frozen_outbox"] = bench_frozen_outbox(pg_url, results, config)
+    if args.frozen_outbox_only:
+        print(json.dumps(report, indent=2))
+        return
     with tempfile.TemporaryDirectory(prefix="collapipe-bench-") as tmp:
         root = Path(tmp)
         with (
