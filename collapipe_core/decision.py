@@ -9,6 +9,9 @@ Decisions serialise to and from plain JSON in the shape the CLI prints and the A
     {"clusters": [{"cluster": 0, "num_microbatches": 4,
                    "devices": [{"device": "c0-d0", "num_blocks": 2, "bandwidth_share": 0.25,
                                 "power_w": 0.2}, ...]}, ...]}
+
+``recompute`` (the device recomputes its blocks' activations in backward) is written only where true; absent
+means false.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class ClusterDecision:
     num_blocks: tuple[int, ...]  # δ_k in device order; the segments are contiguous in that order
     bandwidth_share: tuple[float, ...]  # β_k, Σ ≤ 1
     power_w: tuple[float, ...]  # p_k ∈ [0, p_max]
+    # whether device k recomputes its blocks' activations in backward (empty: no device does)
+    recompute: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,12 @@ class Decision:
     def num_microbatches(self) -> npt.NDArray[np.int64]:
         return np.array([c.num_microbatches for c in self.clusters], dtype=np.int64)
 
+    def recompute(self) -> npt.NDArray[np.bool_]:
+        """(N, K): the devices that recompute their blocks' activations in backward."""
+        return np.array(
+            [c.recompute or (False,) * len(c.num_blocks) for c in self.clusters], dtype=np.bool_
+        ).reshape(len(self.clusters), -1)
+
     @staticmethod
     def from_arrays(
         num_blocks: npt.ArrayLike,
@@ -88,11 +99,13 @@ class Decision:
         num_microbatches: npt.ArrayLike,
         solver_iterations: int = 0,
         mode: Literal["pipeline", "replicated"] = "pipeline",
+        recompute: npt.ArrayLike | None = None,
     ) -> Decision:
         delta = np.asarray(num_blocks, dtype=np.int64)
         beta = np.asarray(bandwidth_share, dtype=np.float64)
         power = np.asarray(power_w, dtype=np.float64)
         micro = np.broadcast_to(np.asarray(num_microbatches, dtype=np.int64), (delta.shape[0],))
+        again = None if recompute is None else np.broadcast_to(np.asarray(recompute, dtype=bool), delta.shape)
         return Decision(
             clusters=tuple(
                 ClusterDecision(
@@ -100,6 +113,7 @@ class Decision:
                     num_blocks=tuple(int(x) for x in delta[n]),
                     bandwidth_share=tuple(float(x) for x in beta[n]),
                     power_w=tuple(float(x) for x in power[n]),
+                    recompute=() if again is None or not again[n].any() else tuple(bool(x) for x in again[n]),
                 )
                 for n in range(delta.shape[0])
             ),
@@ -120,6 +134,7 @@ class Decision:
                             "num_blocks": c.num_blocks[k],
                             "bandwidth_share": c.bandwidth_share[k],
                             "power_w": c.power_w[k],
+                            **({"recompute": True} if c.recompute and c.recompute[k] else {}),
                         }
                         for k in range(len(c.num_blocks))
                     ],
@@ -138,12 +153,14 @@ class Decision:
             parsed = []
             for i, c in enumerate(clusters):
                 devices = c["devices"]
+                again = tuple(bool(d.get("recompute", False)) for d in devices)
                 parsed.append(
                     ClusterDecision(
                         num_microbatches=int(c["num_microbatches"]),
                         num_blocks=tuple(int(d["num_blocks"]) for d in devices),
                         bandwidth_share=tuple(float(d["bandwidth_share"]) for d in devices),
                         power_w=tuple(float(d["power_w"]) for d in devices),
+                        recompute=again if any(again) else (),
                     )
                 )
                 if not devices:

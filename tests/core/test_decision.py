@@ -38,3 +38,12 @@ def test_numpy_style_integers_are_accepted() -> None:
 def test_json_round_trip_keeps_every_field() -> None:
     decision = Decision.from_arrays([[2, 0, 2]], [[0.5, 0.0, 0.5]], [[0.1, 0.0, 0.2]], 3, solver_iterations=4)
     assert Decision.from_json(decision.to_json()) == decision
+
+
+def test_recomputation_is_optional_in_the_json_and_read_back() -> None:
+    plain = Decision.from_arrays([[2, 1]], [[0.5, 0.5]], [[0.1, 0.1]], 2)
+    assert "recompute" not in str(plain.to_json())  # decisions without it read and write as before
+    assert plain.recompute().tolist() == [[False, False]]
+    again = Decision.from_arrays([[2, 1]], [[0.5, 0.5]], [[0.1, 0.1]], 2, recompute=[[True, False]])
+    assert Decision.from_json(again.to_json()) == again
+    assert Decision.from_json(again.to_json()).recompute().tolist() == [[True, False]]
