@@ -1,9 +1,9 @@
-// Cancel, resume, fork and delete of a run — shown only to roles that may use them
-// (operator: cancel/resume/fork; admin: delete). The API refuses them anyway.
+// Cancel, resume, fork and delete of a run — shown only to those who may use them (its owner, an
+// operator, or an admin: cancel/resume/fork; admin: delete). The API refuses them anyway.
 
 import { del, get, post } from './api.js';
 import { h, toast, uid } from './dom.js';
-import { can } from './session.js';
+import { can, mayAct } from './session.js';
 import { showErrors, clearErrors } from './form/errors.js';
 
 const ACTIVE = ['queued', 'running'];
@@ -11,7 +11,7 @@ const RESUMABLE = ['failed', 'cancelled'];
 
 export function runActions(run, { onChanged = () => {} } = {}) {
   const box = h('div.actions');
-  if (!can('operator')) return box;
+  if (!mayAct(run.owner_name)) return box;
   const act = async (button, fn) => {
     button.disabled = true;
     try {

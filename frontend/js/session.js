@@ -18,6 +18,12 @@ export function can(role) {
   return current !== null && RANK[current.role] >= RANK[role];
 }
 
+/** Whether the signed-in user may cancel, resume or fork what ``ownerName`` owns: its owner (an
+ * operator) or an admin, as the API enforces it. */
+export function mayAct(ownerName) {
+  return can('admin') || (can('operator') && ownerName === current.username);
+}
+
 export async function loadUser() {
   try {
     current = await get('/api/auth/me', undefined, { quietAuth: true });

@@ -19,7 +19,7 @@ def test_fork_with_another_policy_chosen_from_the_servers(
     run_id = finished_runs.baseline
     with server.client() as client:
         policies = client.get("/api/config/policies").raise_for_status().json()
-    page = login("operator")
+    page = login("admin")  # the shared runs are the admin's: only their owner or an admin forks them
     page.goto(f"{server.url}/#/runs/{run_id}")
     expect(page.locator("[data-ready='true']")).to_be_attached()
     page.get_by_role("button", name=f"Fork run {run_id}").first.click()

@@ -116,8 +116,15 @@ def test_clicking_a_point_of_a_per_device_chart_opens_its_round_in_the_gantt(
 
 
 def test_cancel_a_running_run(login: Login, server: Server) -> None:
-    run_id = server.launch(tiny(rounds=5000), name="to cancel")
     page = login("operator")
+    # the operator's own run (only its owner or an admin may cancel it), launched with their session
+    launched = page.request.post(
+        f"{server.url}/api/runs",
+        data={"config": tiny(rounds=5000), "name": "to cancel"},
+        headers={"X-CollaPipe": "1"},
+    )
+    assert launched.status == 201, launched.text()
+    run_id = launched.json()["id"]
     page.goto(f"{server.url}/#/runs/{run_id}")
     expect(page.locator(".page-head .status")).to_have_text("running", timeout=30_000)
     page.wait_for_function(
