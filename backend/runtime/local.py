@@ -42,6 +42,7 @@ from anyio import to_thread
 
 from backend.runtime import lifecycle
 from backend.runtime.lifecycle import Lease, RunStore
+from backend.runtime.outage import is_unavailable
 from backend.settings import Settings
 from collapipe_core.workspace import Workspace
 
@@ -155,11 +156,20 @@ class LocalDispatcher:
         return requeued
 
     async def _loop(self) -> None:
+        unavailable = False  # the database was unavailable at the last tick (logged once)
         while True:
             try:
                 await to_thread.run_sync(self.tick)
-            except Exception:  # keep dispatching; the next tick retries
-                log.exception("local dispatcher tick failed")
+            except Exception as err:  # keep dispatching; the next tick retries
+                if not is_unavailable(err):
+                    log.exception("local dispatcher tick failed")
+                elif not unavailable:
+                    log.warning("local dispatcher: the database is unavailable (%s); retrying", err)
+                unavailable = is_unavailable(err)
+            else:
+                if unavailable:
+                    log.warning("local dispatcher: the database answers again")
+                unavailable = False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self.settings.dispatch_interval_s)
             self._wake.clear()

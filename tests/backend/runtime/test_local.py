@@ -8,6 +8,8 @@ process, lease recovery on start, requeue on shutdown) are embedded only.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.base import utcnow
@@ -168,6 +171,34 @@ def test_recover_requeues_runs_whose_lease_expired(
     assert dispatcher.recover() == [stale]
     assert lifecycle.startable_run_ids(RunStore(session_factory), 10) == [stale]
     assert live not in lifecycle.startable_run_ids(RunStore(session_factory), 10)
+
+
+@pytest.mark.deployments("embedded")
+def test_the_dispatcher_logs_a_database_outage_once_not_every_tick(
+    app_factory: Callable[..., FastAPI], caplog: pytest.LogCaptureFixture
+) -> None:
+    dispatcher = app_factory(dispatch_interval_s=0.001).state.dispatcher
+    ticks = {"count": 0}
+
+    def tick() -> None:
+        ticks["count"] += 1
+        if ticks["count"] <= 20:  # the database is unavailable for 20 ticks, then answers
+            raise OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+
+    dispatcher.tick = tick
+
+    async def loop_for_a_while() -> None:
+        task = asyncio.create_task(dispatcher._loop())
+        while ticks["count"] < 25:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    with caplog.at_level(logging.WARNING, logger="backend.runtime.local"):
+        asyncio.run(loop_for_a_while())
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "backend.runtime.local"]
+    assert [level for level, _ in logged] == ["WARNING", "WARNING"], logged
+    assert "database is unavailable" in logged[0][1] and "answers again" in logged[1][1]
 
 
 @pytest.mark.deployments("embedded")
