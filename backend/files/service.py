@@ -76,6 +76,12 @@ class FileTooLarge(InvalidInput):
     status_code, code = 413, "payload_too_large"
 
 
+class FileExists(Conflict):
+    """The target exists and the upload did not ask to replace it (``overwrite=true`` would)."""
+
+    code = "file_exists"
+
+
 class ClientGone(DomainError):
     """The client closed the connection mid-upload: nothing was stored, and no one reads the answer."""
 
@@ -218,7 +224,7 @@ def _allowance(
     """Check the rules for writing ``target`` as ``user`` (see the module docstring); what it may hold."""
     rows = {row.name: row for row in repo.uploads_of(session, [target.name], _folder_unit(target))}
     if target.file in existing and not overwrite:
-        raise Conflict(f"{target.name} exists; send overwrite=true to replace it")
+        raise FileExists(f"{target.name} exists; send overwrite=true to replace it")
     if user.role != "admin":
         changed = [f"{target.unit}/{f}" for f in existing] if _folder_unit(target) else [target.name]
         for name in sorted(changed) if existing else []:

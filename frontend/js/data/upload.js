@@ -1,7 +1,7 @@
 // Upload into the data directory (operators): choose the folder, a name and the file — for a
 // checkpoint a folder name and its files, each sent as PUT /api/files/checkpoints/NAME/FILE (its
 // config.json last, so the checkpoint is listed only once complete). The body is the file's bytes.
-// The API's answers are shown as they come: 409 (exists) with an "Overwrite" choice, 413 (too large)
+// The API's answers are shown as they come: 409 file_exists with an "Overwrite" choice, 413 (too large or a quota)
 // next to the file, 422 (a name the API refuses) next to the name.
 
 import { putBytes } from '../api.js';
@@ -102,7 +102,7 @@ export function createUploadForm({ onUploaded }) {
       }
       if (error.status === 413 && !(error.details || []).length) fieldError(file, error.message);
     }
-    const conflicts = failures.filter((f) => f.error.status === 409);
+    const conflicts = failures.filter((f) => f.error.code === 'file_exists'); // other 409s: overwriting would not help
     summary.append(h('strong', {}, failures.length === 1 ? 'The upload was refused:' : `${failures.length} uploads were refused:`), list);
     if (conflicts.length) {
       const again = h('button.btn.btn-danger', { type: 'button' },

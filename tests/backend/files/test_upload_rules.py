@@ -82,6 +82,8 @@ def test_only_the_uploader_or_an_admin_replaces_a_file(
     _, other = add_user(session_factory, "op2", "operator")
     op1, op2, admin = api.as_("operator"), {"Authorization": f"Bearer {other}"}, api.as_("admin")
     assert _put(api.client, op1, "datasets/x.csv").status_code == 201
+    exists = _put(api.client, op2, "datasets/x.csv")
+    assert exists.status_code == 409 and exists.json()["error"]["code"] == "file_exists"
     refused = _put(api.client, op2, "datasets/x.csv", b"text,label\nPOISON,1\n", overwrite="true")
     assert refused.status_code == 403 and "operator" in refused.json()["error"]["message"]
     assert (data_dir / "datasets" / "x.csv").read_bytes() == CSV
