@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from backend.metrics.export import to_csv, to_parquet
-from backend.studies.schemas import ExportFormat, RegimePoint, StudyDetail
+from backend.studies.schemas import ExportFormat, StudyDetail
 
 MEDIA_TYPES: dict[str, str] = {
     "csv": "text/csv",
@@ -139,18 +139,6 @@ def _figures(study: StudyDetail) -> list[Any]:
 REGIME_COLORS = [[0.0, "#2166ac"], [0.5, "#f7f7f7"], [1.0, "#b2182b"]]  # below 1 blue: DSSDA faster
 
 
-def _hover(p: RegimePoint) -> str:
-    best = (
-        f"best budget holder {p.best_baseline}: {p.best_baseline_latency_s:.4g} s"
-        if p.best_baseline is not None and p.best_baseline_latency_s is not None
-        else "no baseline holds the budgets and the memory"
-    )
-    ours = "—" if p.dssda_latency_s is None else f"{p.dssda_latency_s:.4g} s"
-    held = {True: "", False: " (over a budget or a capacity)", None: ""}[p.dssda_holds]
-    memory = "—" if p.memory_ratio_to_fl is None else f"{p.memory_ratio_to_fl:.3g}"
-    return plot_text(f"DSSDA {ours}{held}; {best}; {p.annotation}; peak memory × fl {memory}")
-
-
 def _regime_figures(study: StudyDetail) -> list[Any]:
     """One heatmap per panel: colour DSSDA's latency over the best budget holder's, each cell
     annotated with DSSDA's devices holding blocks and M."""
@@ -170,7 +158,7 @@ def _regime_figures(study: StudyDetail) -> list[Any]:
                 z[p.y][p.x], text[p.y][p.x], hover[p.y][p.x] = (
                     p.latency_ratio,
                     plot_text(p.annotation),
-                    _hover(p),
+                    plot_text(p.summary),
                 )
         figure = go.Figure(
             go.Heatmap(

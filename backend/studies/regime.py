@@ -156,7 +156,7 @@ def point(
     )
     reference = by_policy.get(MEMORY_REFERENCE)
     reference_peak = _mean(runs.get(reference.index, []), "peak_memory_bytes") if reference else None
-    return RegimePoint(
+    found = RegimePoint(
         panel=panel,
         x=x,
         y=y,
@@ -172,7 +172,10 @@ def point(
         latency_ratio=_ratio(latency, best.mean_latency_s if best else None),
         memory_ratio_to_fl=_ratio(_mean(our_runs, "peak_memory_bytes"), reference_peak),
         baselines=baselines,
+        summary="",
     )
+    found.summary = summary(found)
+    return found
 
 
 def regime_map(
@@ -208,6 +211,29 @@ def regime_map(
         fixed_batch=fixed_batch,
         note=note(axes, fixed_batch),
         points=[point(x, y, panel, members, runs) for (panel, y, x), members in sorted(groups.items())],
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g} s"
+
+
+def summary(p: RegimePoint) -> str:
+    """The point in a sentence (the maps' hover text): DSSDA's latency against every baseline's."""
+    held = {True: "within budgets and memory", False: "over a budget or a capacity", None: "no round yet"}
+    best = (
+        f"best budget holder {p.best_baseline} (×{p.latency_ratio:.3g})"
+        if p.best_baseline is not None and p.latency_ratio is not None
+        else "no baseline holds the budgets and the memory"
+    )
+    others = ", ".join(
+        f"{b.policy} {_seconds(b.mean_latency_s)}" + ("" if b.holds else " (does not hold)")
+        for b in p.baselines
+    )
+    memory = "—" if p.memory_ratio_to_fl is None else f"{p.memory_ratio_to_fl:.3g}"
+    return (
+        f"DSSDA {_seconds(p.dssda_latency_s)} ({held[p.dssda_holds]}), {p.annotation}; {best}; {others}; "
+        f"peak memory × fl {memory}"
     )
 
 

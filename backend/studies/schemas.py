@@ -222,6 +222,7 @@ class RegimePoint(BaseModel):
     )
     memory_ratio_to_fl: float | None = Field(description="DSSDA's peak device memory / fl's")
     baselines: list[RegimeBaseline]
+    summary: str = Field(description="the point in a sentence: DSSDA's latency against every baseline's")
 
 
 class RegimeMap(BaseModel):

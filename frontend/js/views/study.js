@@ -1,9 +1,10 @@
 // One study (#/studies/{id}): its progress, live from GET /api/studies/{id}/events (the `study`
 // frames), the summary table per cell (mean ± 95 % interval over seeds, ratios to a chosen baseline
-// cell, the time to a target eval loss), a figure against one axis with its interval as a band, the
-// round series per cell (GET /api/studies/{id}/series: one line per cell against the round or the
-// modeled time), exports (CSV, Parquet, the self-contained HTML report), and cancel / resume for
-// operators.
+// cell, the time to a target eval loss), the regime map when the study asks for one (DSSDA against the
+// best budget-holding baseline over two axes, a heatmap), a figure against one axis with its interval
+// as a band, the round series per cell (GET /api/studies/{id}/series: one line per cell against the
+// round or the modeled time), exports (CSV, Parquet, the self-contained HTML report), and cancel /
+// resume for operators.
 
 import { get, post, qs } from '../api.js';
 import { h, clear, progressBar, statusBadge, toast, uid } from '../dom.js';
@@ -11,6 +12,7 @@ import { subscribe } from '../live.js';
 import { purge } from '../plot.js';
 import { can } from '../session.js';
 import { drawCiPlot, numericAxes } from '../study/ci-plot.js';
+import { drawRegimeMap } from '../study/regime-map.js';
 import { SERIES_X, drawSeriesPlot } from '../study/series-plot.js';
 import { summaryTable } from '../study/summary-table.js';
 
@@ -41,6 +43,10 @@ export function mountStudy(main, { studyId }) {
   const table = h('div', { id: 'study-summary' }, h('p.muted', {}, 'Loading…'));
   const plotNote = h('p.small.muted');
   const plot = h('div.chart', { id: 'study-plot', role: 'img', 'aria-label': 'figure against an axis with 95 % intervals' });
+  const regimeNote = h('p.small.muted');
+  const regimeCharts = h('div', { id: 'study-regime-map' });
+  const regimeSection = h('section.panel', { 'aria-labelledby': 'study-regime-title', hidden: true },
+    h('h2', { id: 'study-regime-title' }, 'Regime map'), regimeNote, regimeCharts);
   const seriesField = h('select');
   const seriesX = h('select', {}, SERIES_X.map(([value, text]) => h('option', { value }, text)));
   const seriesNote = h('p.small.muted');
@@ -55,6 +61,7 @@ export function mountStudy(main, { studyId }) {
       h('h2', { id: 'study-table-title' }, 'Summary per cell'),
       h('p.small.muted', {}, 'Mean over the cell\'s seeds ± the half width of its Student-t 95 % interval; × is the ratio of the mean to the baseline cell\'s.'),
       h('div.filters', {}, control('Baseline cell', baseline), control('Target eval loss', target)), table, exportLinks),
+    regimeSection,
     h('section.panel', { 'aria-labelledby': 'study-plot-title' },
       h('h2', { id: 'study-plot-title' }, 'Figure against an axis'),
       h('div.filters', {}, control('Figure', metric), control('Against', axis)), plotNote, plot),
@@ -136,6 +143,7 @@ export function mountStudy(main, { studyId }) {
     const axes = numericAxes(detail);
     fillSelect(axis, axes.map((a) => [a, a]), axes[axes.length - 1]);
     drawPlot();
+    drawRegime();
     page.dataset.ready = 'true';
   }
 
@@ -159,6 +167,14 @@ export function mountStudy(main, { studyId }) {
     } catch (error) {
       if (!closed && ticket === seriesRequest) seriesNote.textContent = `Cannot read the round series: ${error.message}`;
     }
+  }
+
+  function drawRegime() {
+    const map = detail.regime_map;
+    regimeSection.hidden = !map;
+    if (!map) return;
+    regimeNote.textContent = map.note;
+    drawRegimeMap(regimeCharts, map);
   }
 
   function drawPlot() {
@@ -240,6 +256,7 @@ export function mountStudy(main, { studyId }) {
       if (closeStream) closeStream();
       purge(plot);
       purge(seriesPlot);
+      for (const chart of regimeCharts.querySelectorAll('.chart')) purge(chart);
     },
   };
 }

@@ -74,6 +74,10 @@ def test_the_best_baseline_is_the_fastest_that_keeps_to_the_budgets_and_the_memo
     assert point.memory_ratio_to_fl == pytest.approx(3.0e8 / 6.0e8)
     assert point.dssda_holds is True
     assert {b.policy: b.holds for b in point.baselines} == {"split": False, "uniform": True, "fl": False}
+    assert point.summary == (
+        "DSSDA 11 s (within budgets and memory), 1.2 dev · M 29; best budget holder uniform (×0.5); "
+        "split 8.5 s (does not hold), uniform 22 s, fl 5 s (does not hold); peak memory × fl 0.5"
+    )
 
 
 def test_points_sit_on_the_axes_in_the_study_s_order_and_a_point_without_a_holder_has_no_ratio() -> None:
