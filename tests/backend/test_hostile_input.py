@@ -349,22 +349,25 @@ def test_examples_loaded_with_pyyaml_validate_through_the_api(api: Api, path: Pa
 def test_a_preflight_past_its_deadline_is_stopped_and_the_next_one_works(
     app_factory: Callable[..., FastAPI], session_factory: sessionmaker[Session]
 ) -> None:
-    """Round 0 of 1,000 clusters × 1,000 devices takes ~20 s on 2 cores: the pre-flight process is
-    killed at the deadline, the API answers meanwhile, and the next pre-flight starts a new process."""
+    """Round 0 of DSSDA over 64 clusters × 64 devices and 16 blocks takes over 90 s on 2 cores: the
+    pre-flight process is killed at the deadline, the API answers meanwhile, and the next pre-flight
+    starts a new process."""
     from tests.backend.client import SyncClient
     from tests.backend.conftest import add_user
 
     _, token = add_user(session_factory, "v", "viewer")
     viewer = {"Authorization": f"Bearer {token}"}
     huge = tiny_config(
-        network={"num_clusters": 1000, "devices_per_cluster": 1000},
+        network={"num_clusters": 64, "devices_per_cluster": 64},
+        model={"num_blocks": 16},
         data={"samples_per_cluster": 8, "eval_samples": 8},
         training={"microbatch_size": 2},
+        scheduler={"policy": "dssda"},
     )
-    with SyncClient(app_factory(RecordingDispatcher(), preflight_timeout_s=8.0)) as client:
+    with SyncClient(app_factory(RecordingDispatcher(), preflight_timeout_s=3.0)) as client:
         assert client.post("/api/config/preflight", json=tiny_config(), headers=viewer).status_code == 200
         late = client.post("/api/config/preflight", json=huge, headers=viewer)
-        assert late.status_code == 422 and "takes longer than 8 s" in late.json()["error"]["message"]
+        assert late.status_code == 422 and "takes longer than 3 s" in late.json()["error"]["message"]
         assert client.get("/api/runs", headers=viewer).status_code == 200
         again = client.post("/api/config/preflight", json=tiny_config(), headers=viewer)
         assert again.status_code == 200 and again.json()["round"]["round"] == 0
