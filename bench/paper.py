@@ -1,49 +1,66 @@
-"""The paper's headline comparison: DSSDA against every baseline on the same seeded trace.
+"""The paper's headline comparison: DSSDA against every baseline on the same seeded trace, in both readings
+of micro-batching.
 
-For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparison.md), in each seed of
-``--seeds`` (the config's top-level seed: channel trace, data split, initial weights; default the
-scenarios' own):
+For the Transformer and the BERT scenarios of ``examples/`` (docs/paper-comparison.md), in each reading of
+``--readings`` and each seed of ``--seeds`` (the config's top-level seed: channel trace, data split,
+initial weights; default the scenarios' own):
+
+- the readings (docs/system-model.md, "Two readings of micro-batching"): ``batch``, the scenarios as
+  written (a fixed batch B per local step, M micro-batches of B/M), and ``microbatch``, the fixed
+  micro-batch reading derived from them (b = B / ``scheduler.num_microbatches``, ``batch_size`` removed:
+  a step trains M·b samples), :func:`reading_overrides`;
 
 0. the bench-scale copy of step 2 trains ``uniform`` (its fixed M) for ``--train-rounds`` (default: the
-   scenario's own, ``TRAINING``): its eval loss
-   then is the seed's target, and with ``--convergence noise_scale`` (the default) its final smoothed
-   gradient noise scale (:func:`measured_noise_scale`) is the B_noise of DSSDA's and myopic's
-   convergence term V·T·(1 + B_noise/(b·ΣM)) in that scenario and seed; ``variance`` keeps the
-   scenario's σ² term;
-1. modeled figures, at the scenario's own model size, over ``--rounds`` analytic rounds per policy:
-   mean round latency, latency per trained sample (policies train different numbers of micro-batches
-   per round), computation efficiency = Σ device compute time / (devices × round latency), peak device
-   memory and the mean memory of the devices that hold blocks (each against ``fl``), time-average
-   energy per device against its budget Ē_k;
+   scenario's own, ``TRAINING``): its eval loss then is the seed's target, and with ``--convergence
+   noise_scale`` (the default) its final smoothed gradient noise scale (:func:`measured_noise_scale`) is
+   the B_noise of DSSDA's and myopic's convergence term in that scenario and seed; ``variance`` keeps
+   the scenario's σ² term. ``uniform``'s fixed M trains the same B samples per step in micro-batches of
+   B/M in both readings, so this is one run for both (:func:`check_uniform_trains_alike`);
+1. modeled figures, at the scenario's own model size, over ``--rounds`` analytic rounds per reading and
+   policy: mean round latency, latency per trained sample, computation efficiency (the busy share: per
+   round Σ compute time / (devices × round latency), of all devices and of the devices holding blocks),
+   peak device memory and the mean memory of the devices that hold blocks (each against ``fl``),
+   time-average energy per device against its budget Ē_k;
 2. end-to-end latency to a target eval loss with real training (simulated executor). Training at the
    scenario's size (Transformer-big / BERT-base widths) is too slow for a CPU bench, so a bench-scale
    copy (``TRAINING_SCALE``; per scenario ``TRAINING``: learning rate, held-out samples, uniform's
-   training rounds; same data, blocks, micro-batch size, local iterations and optimizer, smaller
-   widths) replays each policy's micro-batch counts M per round and cluster, the only part of a
-   decision that changes the gradient (segments, bandwidth and power do not). The target is the eval
-   loss ``uniform`` reaches after its training rounds (step 0); every other trajectory trains until its
-   own eval loss reaches it or for ``--max-train-rounds`` (default 2 × the training rounds, at most
-   ``--rounds``). A policy's time to target is the sum of its modeled (full-size) round
-   latencies until then. Policies with the same M sequence share one training run;
-3. over the seeds (more than one): per policy the mean time to target with its Student-t 95 % interval,
-   whether it holds the energy budgets, DSSDA's paired ratios (``bench/paper_seeds.py``);
-4. for the first seed only (``--skip-extras`` skips them): a V sweep of DSSDA on the Transformer
-   scenario — mean latency and mean penalty (T + the convergence part of the penalty over V, the term
-   the O(1/V) bound is about) against the mean virtual-queue backlog (O(V)); blocks moved per round
-   and the share of the round latency they cost for DSSDA deciding blind to the previous placement
-   (before it weighs moves: ``blind_task``); DSSDA's decision time against the number of devices and
-   of encoder blocks (a synthetic scenario with the variance term).
+   training rounds; same data, blocks, batch, local iterations and optimizer, smaller widths) stands in
+   for the training. The target is the eval loss ``uniform`` reaches after its training rounds (step 0);
+   a policy's time to target is the sum of its modeled (full-size) round latencies up to the round its
+   trajectory first reaches the target. Only the samples a step trains change the training (segments,
+   bandwidth and power do not):
 
-Writes ``paper.csv`` (one row per scenario, seed and policy), ``paper-seeds.csv`` (per scenario and
-policy over the seeds), ``paper.json``, ``paper-decisions.json`` (every round's decision of every run:
-M per cluster, blocks per device, queues, energy against budget, blocks moved; and the eval losses) and
-a self-contained ``paper.html`` (plotly.js inlined) to ``--out``, prints the headline table and the
-JSON summary (one line on stdout with ``--json``, the table then going to stderr). Training runs
-single-threaded in ``--workers`` processes (torch's own threads are slower than one thread per process
-on a shared 2-core machine).
-Run: ``collapipe bench paper [--json] [--out DIR] [--rounds R] [--train-rounds R] [--max-train-rounds R]
-[--seeds 1,2,3,4,5] [--convergence noise_scale|variance] [--skip-extras] [--workers W]
-[--decision-devices 4,12,50,100,1000]``.
+   - with a fixed batch every M trains the same B samples to the same gradient (up to float
+     reassociation), so every policy's trajectory is ``uniform``'s: no other training runs, and each
+     policy's time to target adds its own latencies up to ``uniform``'s round. One round replaying a
+     policy whose M differs from ``uniform``'s checks it (:data:`FIXED_BATCH_RTOL`; the bench stops if
+     it does not hold);
+   - with a fixed micro-batch the copy replays each policy's M per round and cluster; every other
+     trajectory trains until its own eval loss reaches the target or for ``--max-train-rounds``
+     (default 2 × the training rounds, at most ``--rounds``). Policies with the same M sequence share a
+     training run;
+3. over the seeds (more than one), per reading and scenario: per policy the mean time to target with its
+   Student-t 95 % interval, whether it holds the energy budgets, DSSDA's paired ratios to every baseline
+   and to every budget holder, and the paper's three claims beside the paper's figures
+   (``bench/paper_seeds.py``);
+4. for the first reading and seed only (``--skip-extras`` skips them): a V sweep of DSSDA on the
+   Transformer scenario — mean latency and mean penalty (T + the convergence part of the penalty over V,
+   the term the O(1/V) bound is about) against the mean virtual-queue backlog (O(V)); blocks moved per
+   round and the share of the round latency they cost for DSSDA deciding blind to the previous placement
+   (before it weighs moves: ``blind_task``); DSSDA's decision time against the number of devices and of
+   encoder blocks (a synthetic scenario with the variance term).
+
+Writes ``paper.csv`` (one row per reading, scenario, seed and policy), ``paper-seeds.csv`` (per reading,
+scenario and policy over the seeds), ``paper.json``, ``paper-decisions.json`` (every round's decision of
+every run: M per cluster, blocks per device, queues, energy against budget, blocks moved, and for DSSDA
+the round's explanation with its counterfactuals; and the eval losses) and a self-contained
+``paper.html`` (plotly.js inlined) to ``--out``, prints the headline table and the JSON summary (one line
+on stdout with ``--json``, the table then going to stderr). Training runs single-threaded in
+``--workers`` processes (torch's own threads are slower than one thread per process on a shared 2-core
+machine).
+Run: ``collapipe bench paper [--json] [--out DIR] [--readings batch,microbatch] [--rounds R]
+[--train-rounds R] [--max-train-rounds R] [--seeds 1,2,3,4,5] [--convergence noise_scale|variance]
+[--skip-extras] [--workers W] [--decision-devices 4,12,50,100,1000]``.
 """
 
 from __future__ import annotations
@@ -92,6 +109,10 @@ SCENARIOS = {
     "bert": ROOT / "examples" / "paper-bert.yaml",
 }
 POLICIES = ("dssda", "uniform", "proportional", "random", "fl", "split", "myopic")
+READINGS = ("batch", "microbatch")
+FIXED_BATCH_RTOL = 1e-6
+"""With a fixed batch, how far (relative) one round replaying another policy's M may lie from ``uniform``'s
+first round, eval and train loss: float reassociation only (tests/core/pipeline/test_fixed_batch.py)."""
 TRAINING_SCALE: dict[str, Any] = {"model.d_model": 64, "model.num_heads": 4, "model.ffn_dim": 256}
 
 
@@ -120,13 +141,32 @@ def scenario_config(path: Path, **overrides: Any) -> ExperimentConfig:
     return load_config(path, {"executor": "analytic", **overrides})
 
 
-def training_config(path: Path, seed: int | None = None) -> ExperimentConfig:
-    """The bench-scale copy the real training runs (same data, blocks, b, I, optimizer; smaller widths);
-    ``seed`` (default: the scenario's) draws its data split and initial weights."""
+def reading_overrides(path: Path, reading: str) -> dict[str, Any]:
+    """The config overrides of ``reading``: none for ``batch`` (the scenario as written, a fixed batch B);
+    for ``microbatch`` the fixed micro-batch reading derived from it, b = B / ``scheduler.num_microbatches``
+    and ``batch_size`` removed (the baselines' fixed M then trains the same B samples per step)."""
+    if reading == "batch":
+        return {}
+    if reading != "microbatch":
+        raise ValueError(f"unknown reading {reading!r}: {' or '.join(READINGS)}")
+    written = scenario_config(path)
+    batch = written.training.batch_size
+    if batch is None:
+        raise ValueError(f"{path.name}: the fixed micro-batch reading is derived from training.batch_size")
+    return {
+        "training.batch_size": None,
+        "training.microbatch_size": batch // written.scheduler.num_microbatches,
+    }
+
+
+def training_config(path: Path, seed: int | None = None, reading: str = "batch") -> ExperimentConfig:
+    """The bench-scale copy the real training runs (same data, blocks, batch, I, optimizer; smaller
+    widths) in ``reading``; ``seed`` (default: the scenario's) draws its data split and initial weights."""
     full = scenario_config(path)
     layers = min(full.model.num_decoder_layers, TRAINING_DECODER_LAYERS)
     settings = TRAINING[path.stem]
     overrides = {
+        **reading_overrides(path, reading),
         **TRAINING_SCALE,
         "training.lr": settings.lr,
         "data.eval_samples": settings.eval_samples,
@@ -137,11 +177,13 @@ def training_config(path: Path, seed: int | None = None) -> ExperimentConfig:
     return load_config(path, overrides)
 
 
-def modeled_overrides(seed: int | None, convergence: str, noise_scale: float | None) -> dict[str, Any]:
-    """Config overrides of the analytic (full-size) runs: the seed (channel trace) and the convergence
-    term, with the B_noise measured in uniform's training (:func:`measured_noise_scale`) for
+def modeled_overrides(
+    path: Path, reading: str, seed: int | None, convergence: str, noise_scale: float | None
+) -> dict[str, Any]:
+    """Config overrides of the analytic (full-size) runs: the reading, the seed (channel trace) and the
+    convergence term, with the B_noise measured in uniform's training (:func:`measured_noise_scale`) for
     ``noise_scale``."""
-    out: dict[str, Any] = {} if seed is None else {"seed": seed}
+    out: dict[str, Any] = {**reading_overrides(path, reading), **({} if seed is None else {"seed": seed})}
     out["scheduler.convergence"] = convergence
     if convergence == "noise_scale":
         out["scheduler.gradient_noise_scale"] = noise_scale
@@ -165,9 +207,12 @@ def run_policy(config: ExperimentConfig, policy: str, rounds: int, executor: str
 
 
 def modeled_figures(results: list[RoundResult], training: TrainingConfig) -> dict[str, float]:
-    """Figures of one policy's analytic rounds (``training``: how many samples a round trains)."""
+    """Figures of one policy's analytic rounds (``training``: how many samples a round trains).
+    Computation efficiency is the busy share, mean over rounds: Σ compute time / (devices × T) of all
+    devices (``efficiency``) and of the devices holding blocks (``efficiency_holders``)."""
     latency = [r.round.latency_s for r in results]
     compute = [sum(d.compute_s for d in r.devices) for r in results]
+    holders = [[d.compute_s for d in r.devices if d.num_blocks > 0] for r in results]
     samples = [training.samples_per_round(r.round.num_microbatches) for r in results]
     devices = len(results[0].devices)
     energy_ratio: dict[str, list[float]] = {}
@@ -182,6 +227,9 @@ def modeled_figures(results: list[RoundResult], training: TrainingConfig) -> dic
         "latency_per_sample_s": sum(latency) / sum(samples),
         "mean_microbatches": statistics.fmean(statistics.fmean(r.round.num_microbatches) for r in results),
         "efficiency": statistics.fmean(c / (devices * t) for c, t in zip(compute, latency, strict=True)),
+        "efficiency_holders": statistics.fmean(
+            sum(h) / (len(h) * t) for h, t in zip(holders, latency, strict=True)
+        ),
         "peak_memory_bytes": max(held),
         "mean_memory_bytes": statistics.fmean(held),
         "energy_over_budget_max": max(per_device),
@@ -192,8 +240,10 @@ def modeled_figures(results: list[RoundResult], training: TrainingConfig) -> dic
     }
 
 
-def decision_log(results: list[RoundResult]) -> list[dict[str, Any]]:
-    """Per round: what the policy decided and what it cost (the evidence for why a policy is slow)."""
+def decision_log(results: list[RoundResult], explained: bool = False) -> list[dict[str, Any]]:
+    """Per round: what the policy decided and what it cost (the evidence for why a policy is slow); with
+    ``explained`` also the round's explanation (its counterfactuals, each evaluated on the same state,
+    and the sentence naming the term that decided)."""
     return [
         {
             "latency_s": r.round.latency_s,
@@ -206,6 +256,7 @@ def decision_log(results: list[RoundResult]) -> list[dict[str, Any]]:
             "blocks": {d.device_id: d.num_blocks for d in r.devices if d.num_blocks > 0},
             "queues": {d.device_id: d.queue for d in r.devices if d.queue > 0},
             "energy_over_budget": {d.device_id: d.energy_j / d.energy_budget_j for d in r.devices},
+            **({"explanation": r.round.explanation} if explained else {}),
         }
         for r in results
     ]
@@ -215,14 +266,15 @@ def analytic_task(
     path: Path, policy: str, rounds: int, overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """One policy on one scenario: figures, per-round latencies, the M of every round and cluster and the
-    decision log; ``overrides`` (:func:`modeled_overrides`) set the seed and the convergence term."""
+    decision log (DSSDA's with its explanations); ``overrides`` (:func:`modeled_overrides`) set the
+    reading, the seed and the convergence term."""
     config = scenario_config(path, **(overrides or {}))
     results = run_policy(config, policy, rounds, "analytic")
     return {
         "figures": modeled_figures(results, config.training),
         "latency_series": [r.round.latency_s for r in results],
         "microbatches": [list(r.round.num_microbatches) for r in results],
-        "decision_log": decision_log(results),
+        "decision_log": decision_log(results, explained=policy == "dssda"),
     }
 
 
@@ -300,14 +352,16 @@ def train_task(
     max_rounds: int,
     target: float | None,
     seed: int | None = None,
+    reading: str = "batch",
 ) -> dict[str, list[Any]]:
-    """Per round of the bench-scale copy: eval loss, the B_noise it measured (smoothed up to that round)
-    and the M per cluster it trained. It replays ``microbatches``, or with None runs ``uniform`` itself
-    (its fixed M: the run that sets the target and measures B_noise); stops at ``target``."""
+    """Per round of the bench-scale copy in ``reading``: eval and train loss, the B_noise it measured
+    (smoothed up to that round) and the M per cluster it trained. It replays ``microbatches``, or with
+    None runs ``uniform`` itself (its fixed M: the run that sets the target and measures B_noise); stops
+    at ``target``."""
     import torch
 
     torch.set_num_threads(1)
-    config = training_config(path, seed)
+    config = training_config(path, seed, reading)
     config = config.model_copy(
         update={
             "training": config.training.model_copy(update={"rounds": max_rounds}),
@@ -327,6 +381,10 @@ def train_task(
     return {
         "eval_loss": [
             float(r.round.eval_loss if r.round.eval_loss is not None else float("nan")) for r in sink.results
+        ],
+        "train_loss": [
+            float(r.round.train_loss if r.round.train_loss is not None else float("nan"))
+            for r in sink.results
         ],
         "gradient_noise_scale": [r.round.gradient_noise_scale for r in sink.results],
         "microbatches": [list(r.round.num_microbatches) for r in sink.results],
@@ -379,10 +437,10 @@ def _starmap(pool: Any, calls: list[tuple[Any, ...]]) -> list[Any]:
 
 
 class Plan(NamedTuple):  # not a dataclass: `collapipe bench paper` loads this file outside sys.modules
-    """What one ``compare`` runs: ``seeds`` (None: each scenario's own), the convergence term of the
-    modeled runs, uniform's training rounds and the cap of the others' (None: each scenario's own,
-    :meth:`train_rounds_of`, :meth:`max_train_rounds_of`), and whether the first seed also runs the V
-    sweep and the blind row."""
+    """What one ``compare`` runs: ``seeds`` (None: each scenario's own), the readings of micro-batching,
+    the convergence term of the modeled runs, uniform's training rounds and the cap of the others' (None:
+    each scenario's own, :meth:`train_rounds_of`, :meth:`max_train_rounds_of`), and whether the first
+    reading and seed also run the V sweep and the blind row."""
 
     rounds: int
     train_rounds: int | None = None
@@ -390,6 +448,7 @@ class Plan(NamedTuple):  # not a dataclass: `collapipe bench paper` loads this f
     seeds: tuple[int | None, ...] = (None,)
     convergence: str = "noise_scale"
     extras: bool = True
+    readings: tuple[str, ...] = READINGS
 
     def train_rounds_of(self, scenario: str) -> int:
         """The rounds uniform trains to set ``scenario``'s target: the plan's, or the scenario's own."""
@@ -403,22 +462,88 @@ class Plan(NamedTuple):  # not a dataclass: `collapipe bench paper` loads this f
         return min(2 * self.train_rounds_of(scenario), self.rounds)
 
 
+def check_uniform_trains_alike(path: Path) -> None:
+    """``uniform``'s bench-scale training is one run for both readings: its fixed M trains the same samples
+    per step, in micro-batches of the same size, in the derived fixed micro-batch reading."""
+    batch, micro = training_config(path, reading="batch"), training_config(path, reading="microbatch")
+    m = batch.scheduler.num_microbatches
+    work = [(c.training.samples_per_step(m), c.training.samples_per_microbatch(m)) for c in (batch, micro)]
+    if work[0] != work[1]:
+        raise AssertionError(
+            f"{path.stem}: uniform's step at M = {m} trains (samples, per micro-batch) {work[0]} with a fixed"
+            f" batch but {work[1]} with a fixed micro-batch; it cannot be one run for both readings"
+        )
+
+
+def trajectory_key(reading: str, microbatches: Sequence[Sequence[int]]) -> tuple[tuple[int, ...], ...]:
+    """What a policy's bench-scale training depends on: with a fixed batch nothing (every M trains the same
+    B samples per step to the same gradient), with a fixed micro-batch its M per round and cluster."""
+    return () if reading == "batch" else tuple(tuple(m) for m in microbatches)
+
+
+def differing_policy(runs: dict[str, dict[str, Any]]) -> str | None:
+    """The first policy whose first-round M differs from uniform's (None: every policy trains uniform's)."""
+    first = runs["uniform"]["microbatches"][0]
+    return next((p for p in POLICIES if runs[p]["microbatches"][0] != first), None)
+
+
+def fixed_batch_check(
+    name: str, policy: str, microbatches: list[int], replayed: dict[str, Any], uniform: dict[str, Any]
+) -> dict[str, Any]:
+    """One round replaying ``policy``'s M against uniform's first round with a fixed batch; raises when
+    they differ by more than :data:`FIXED_BATCH_RTOL` (then M would change the training)."""
+    pairs = [(replayed[k][0], uniform[k][0]) for k in ("eval_loss", "train_loss")]
+    difference = max(abs(a - b) / abs(b) for a, b in pairs)
+    if not difference <= FIXED_BATCH_RTOL:
+        raise AssertionError(
+            f"{name}: one round replaying {policy}'s M {microbatches} trained to (eval, train) loss"
+            f" {pairs[0][0]:.6g}, {pairs[1][0]:.6g} against uniform's {pairs[0][1]:.6g}, {pairs[1][1]:.6g}"
+            f" (relative difference {difference:.2g} > {FIXED_BATCH_RTOL:g}); with a fixed batch M does not"
+            " change the training, so the policies cannot share uniform's run"
+        )
+    return {
+        "policy": policy,
+        "microbatches": microbatches,
+        "eval_loss": pairs[0][0],
+        "uniform_eval_loss": pairs[0][1],
+        "train_loss": pairs[1][0],
+        "uniform_train_loss": pairs[1][1],
+        "relative_difference": difference,
+    }
+
+
+Key = tuple[str, int | None, str]  # (reading, seed, scenario)
+
+
 def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[str, float]] | None]:
-    """Every scenario in every seed, in this order: uniform's bench-scale training (the target and, for
-    ``noise_scale``, B_noise), the modeled policies with that B_noise, the bench-scale training of the
-    other M trajectories to the target. Returns one entry per (seed, scenario), seed-major, and the V
-    sweep (first seed) or None."""
+    """Every scenario in every reading and seed, in this order: uniform's bench-scale training (one run
+    for both readings: the target and, for ``noise_scale``, B_noise), the modeled policies with that
+    B_noise, then the bench-scale training of the other M trajectories to the target (fixed micro-batch)
+    and the one-round replays that check M changes nothing (fixed batch). Returns one entry per (reading,
+    seed, scenario), reading-major then seed-major, and the V sweep (first reading and seed) or None."""
     _importable()
     ctx = multiprocessing.get_context("fork")
     pool = ctx.Pool(workers) if workers > 1 else None
     names = list(SCENARIOS)
     cases = [(seed, s) for seed in plan.seeds for s in names]  # seed-major: the first seed's come first
+    keys: list[Key] = [(reading, seed, s) for reading in plan.readings for seed, s in cases]
     try:
+        if set(plan.readings) == set(READINGS):
+            for s in names:
+                check_uniform_trains_alike(SCENARIOS[s])
         # uniform's M does not depend on B_noise: its training comes first and measures it
         uniform_runs = _starmap(
             pool,
             [
-                ("train", SCENARIOS[s], None, plan.train_rounds_of(SCENARIOS[s].stem), None, seed)
+                (
+                    "train",
+                    SCENARIOS[s],
+                    None,
+                    plan.train_rounds_of(SCENARIOS[s].stem),
+                    None,
+                    seed,
+                    plan.readings[0],
+                )
                 for seed, s in cases
             ],
         )
@@ -442,82 +567,121 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
             )
         )
 
-        def overrides(case: tuple[int | None, str]) -> dict[str, Any]:
-            return modeled_overrides(case[0], plan.convergence, noise[case])
+        def overrides(key: Key) -> dict[str, Any]:
+            reading, seed, s = key
+            return modeled_overrides(SCENARIOS[s], reading, seed, plan.convergence, noise[(seed, s)])
 
         calls = [
-            ("analytic", SCENARIOS[s], p, plan.rounds, overrides((seed, s)))
-            for seed, s in cases
-            for p in POLICIES
+            ("analytic", SCENARIOS[key[2]], p, plan.rounds, overrides(key)) for key in keys for p in POLICIES
         ]
         first = plan.seeds[0]
         extra_calls: list[tuple[Any, ...]] = []
         if plan.extras:
             extra_calls += [
-                ("sweep", SCENARIOS["transformer"], v, plan.rounds, overrides((first, "transformer")))
+                (
+                    "sweep",
+                    SCENARIOS["transformer"],
+                    v,
+                    plan.rounds,
+                    overrides((plan.readings[0], first, "transformer")),
+                )
                 for v in V_VALUES
             ]
-            extra_calls += [("blind", SCENARIOS[s], plan.rounds, overrides((first, s))) for s in names]
+            extra_calls += [
+                ("blind", SCENARIOS[s], plan.rounds, overrides((plan.readings[0], first, s))) for s in names
+            ]
         done = _starmap(pool, calls + extra_calls)
         _progress(f"modeled {len(calls)} policy runs and {len(extra_calls)} sweep and blind runs")
         analytic = {
-            case: dict(zip(POLICIES, done[i * len(POLICIES) : (i + 1) * len(POLICIES)], strict=True))
-            for i, case in enumerate(cases)
+            key: dict(zip(POLICIES, done[i * len(POLICIES) : (i + 1) * len(POLICIES)], strict=True))
+            for i, key in enumerate(keys)
         }
         sweep = done[len(calls) : len(calls) + len(V_VALUES)] if plan.extras else None
         blind = dict(zip(names, done[len(calls) + len(V_VALUES) :], strict=True)) if plan.extras else {}
-        # training: one run per distinct M trajectory; uniform's group shares uniform's run
-        groups: dict[tuple[int | None, str], dict[tuple[tuple[int, ...], ...], list[str]]] = {}
-        for case in cases:
-            stem = SCENARIOS[case[1]].stem
-            groups[case] = {}
+        # training: one run per distinct trajectory; uniform's group shares uniform's run
+        groups: dict[Key, dict[tuple[tuple[int, ...], ...], list[str]]] = {}
+        for key in keys:
+            reading, seed, s = key
+            stem = SCENARIOS[s].stem
+            groups[key] = {}
             for p in POLICIES:
-                key = tuple(
-                    tuple(m) for m in analytic[case][p]["microbatches"][: plan.max_train_rounds_of(stem)]
-                )
-                groups[case].setdefault(key, []).append(p)
-            modeled = analytic[case]["uniform"]["microbatches"][: plan.train_rounds_of(stem)]
-            assert trained_uniform[case]["microbatches"] == modeled, "uniform's M is fixed at both scales"
+                microbatches = analytic[key][p]["microbatches"][: plan.max_train_rounds_of(stem)]
+                groups[key].setdefault(trajectory_key(reading, microbatches), []).append(p)
+            modeled = analytic[key]["uniform"]["microbatches"][: plan.train_rounds_of(stem)]
+            assert trained_uniform[(seed, s)]["microbatches"] == modeled, (
+                "uniform's M is fixed at both scales"
+            )
         rest = [
-            (case, key) for case in cases for key, members in groups[case].items() if "uniform" not in members
+            (key, trajectory)
+            for key in keys
+            for trajectory, members in groups[key].items()
+            if "uniform" not in members
         ]
-        trained_rest = _starmap(
+        checks = {
+            key: policy
+            for key in keys
+            if key[0] == "batch" and (policy := differing_policy(analytic[key])) is not None
+        }
+        trained = _starmap(
             pool,
             [
                 (
                     "train",
                     SCENARIOS[s],
-                    [list(m) for m in key],
+                    [list(m) for m in trajectory],
                     plan.max_train_rounds_of(SCENARIOS[s].stem),
                     targets[(seed, s)],
                     seed,
+                    reading,
                 )
-                for (seed, s), key in rest
+                for (reading, seed, s), trajectory in rest
+            ]
+            + [  # with a fixed batch: one round of the policy's first M
+                (
+                    "train",
+                    SCENARIOS[key[2]],
+                    analytic[key][policy]["microbatches"][:1],
+                    1,
+                    None,
+                    key[1],
+                    "batch",
+                )
+                for key, policy in checks.items()
             ],
         )
-        _progress(f"trained {len(rest)} more micro-batch trajectories")
+        trained_rest, replayed = trained[: len(rest)], dict(zip(checks, trained[len(rest) :], strict=True))
+        _progress(f"trained {len(rest)} more micro-batch trajectories and {len(checks)} fixed-batch replays")
     finally:
         if pool is not None:
             pool.close()
             pool.join()
     runs = []
-    for case in cases:
-        seed, s = case
-        config = scenario_config(SCENARIOS[s], **overrides(case))
-        trained: dict[str, dict[str, Any]] = {}
-        for key, members in groups[case].items():
-            run = trained_uniform[case] if "uniform" in members else trained_rest[rest.index((case, key))]
+    for key in keys:
+        reading, seed, s = key
+        case = (seed, s)
+        config = scenario_config(SCENARIOS[s], **overrides(key))
+        name = f"{SCENARIOS[s].stem} seed {config.seed}"
+        check = None
+        if key in checks:
+            policy = checks[key]
+            first_m = analytic[key][policy]["microbatches"][0]
+            check = fixed_batch_check(name, policy, first_m, replayed[key], trained_uniform[case])
+        trained_by: dict[str, dict[str, Any]] = {}
+        for trajectory, members in groups[key].items():
+            run = (
+                trained_uniform[case] if "uniform" in members else trained_rest[rest.index((key, trajectory))]
+            )
             for p in members:
-                trained[p] = run
-        losses = {p: trained[p]["eval_loss"] for p in POLICIES}
-        figures = {p: dict(analytic[case][p]["figures"]) for p in POLICIES}
+                trained_by[p] = run
+        losses = {p: trained_by[p]["eval_loss"] for p in POLICIES}
+        figures = {p: dict(analytic[key][p]["figures"]) for p in POLICIES}
         for f in figures.values():
             f["memory_ratio_to_fl"] = f["peak_memory_bytes"] / figures["fl"]["peak_memory_bytes"]
             f["mean_memory_ratio_to_fl"] = f["mean_memory_bytes"] / figures["fl"]["mean_memory_bytes"]
         for p in POLICIES:
             f = figures[p]
             # training stops at the target: its losses cover the first rounds of the latency series
-            latencies = analytic[case][p]["latency_series"][: len(losses[p])]
+            latencies = analytic[key][p]["latency_series"][: len(losses[p])]
             reached = time_to_target(latencies, losses[p], targets[case])
             f["time_to_target_s"], f["rounds_to_target"] = reached if reached else (None, None)
             f["trained_rounds"] = len(losses[p])
@@ -525,6 +689,7 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
             f["final_eval_loss"] = losses[p][-1]
         runs.append(
             {
+                "reading": reading,
                 "scenario": SCENARIOS[s].stem,
                 "seed": config.seed,
                 "convergence": plan.convergence,
@@ -532,13 +697,16 @@ def compare(plan: Plan, workers: int) -> tuple[list[dict[str, Any]], list[dict[s
                 "max_train_rounds": plan.max_train_rounds_of(SCENARIOS[s].stem),
                 "gradient_noise_scale": noise[case],
                 "target_eval_loss": targets[case],
-                "dssda_blind_to_moves": blind.get(s) if seed == first else None,
-                "training_groups": list(groups[case].values()),
+                "dssda_blind_to_moves": blind.get(s)
+                if (reading, seed) == (plan.readings[0], first)
+                else None,
+                "training_groups": list(groups[key].values()),
+                "fixed_batch_check": check,
                 "figures": figures,
                 "eval_loss": losses,
                 "training_noise_scale": trained_uniform[case]["gradient_noise_scale"],
-                "latency_series": {p: analytic[case][p]["latency_series"] for p in POLICIES},
-                "decision_log": {p: analytic[case][p]["decision_log"] for p in POLICIES},
+                "latency_series": {p: analytic[key][p]["latency_series"] for p in POLICIES},
+                "decision_log": {p: analytic[key][p]["decision_log"] for p in POLICIES},
             }
         )
     return runs, sweep
@@ -595,9 +763,26 @@ def _seeds(text: str) -> tuple[int | None, ...]:
     return seeds
 
 
+def _readings(text: str) -> tuple[str, ...]:
+    readings = tuple(r.strip() for r in text.split(","))
+    if not readings or not set(readings) <= set(READINGS) or len(set(readings)) != len(readings):
+        raise argparse.ArgumentTypeError(
+            f"--readings {text!r}: give {', '.join(READINGS[:-1])}, {READINGS[-1]} or both, comma-separated"
+            " (batch: the scenarios' fixed batch B; microbatch: fixed micro-batches of B / num_microbatches)"
+        )
+    return readings
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         prog="collapipe bench paper", description=(__doc__ or "").splitlines()[0]
+    )
+    parser.add_argument(
+        "--readings",
+        type=_readings,
+        default=READINGS,
+        help="readings of micro-batching, comma-separated (default both): batch, the scenarios' fixed batch"
+        " B split into M micro-batches; microbatch, fixed micro-batches of B / scheduler.num_microbatches",
     )
     parser.add_argument("--rounds", type=int, default=60, help="analytic rounds per policy and per V")
     parser.add_argument(
@@ -650,6 +835,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.seeds,
         args.convergence,
         not args.skip_extras,
+        args.readings,
     )
     for name in TRAINING:
         train_rounds, cap = plan.train_rounds_of(name), plan.max_train_rounds_of(name)
@@ -680,6 +866,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ),
     }
     first = scenarios[0]["seed"]
+    first_seed = [s for s in scenarios if s["seed"] == first]
     report["summary"] = {
         "paper_claims": PAPER_CLAIMS,
         "scales": {
@@ -693,24 +880,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             **plan._asdict(),
             "train_rounds": {name: plan.train_rounds_of(name) for name in TRAINING},
             "max_train_rounds": {name: plan.max_train_rounds_of(name) for name in TRAINING},
-            "seeds": [s["seed"] for s in scenarios if s["scenario"] == "paper-transformer"],
+            "seeds": [
+                s["seed"]
+                for s in scenarios
+                if (s["reading"], s["scenario"]) == (plan.readings[0], "paper-transformer")
+            ],
         },
         "ours": {
-            s["scenario"]: {
-                "seed": s["seed"],
-                "gradient_noise_scale": s["gradient_noise_scale"],
-                "target_eval_loss": s["target_eval_loss"],
-                "ratios_dssda_to": ratios_to_dssda(s["figures"]),
-                "memory_ratio_dssda_to_fl": s["figures"]["dssda"]["memory_ratio_to_fl"],
-                "mean_memory_ratio_dssda_to_fl": s["figures"]["dssda"]["mean_memory_ratio_to_fl"],
-                "energy_over_budget_max": {p: f["energy_over_budget_max"] for p, f in s["figures"].items()},
-                "time_to_target_s": {p: f["time_to_target_s"] for p, f in s["figures"].items()},
+            reading: {
+                s["scenario"]: {
+                    "seed": s["seed"],
+                    "gradient_noise_scale": s["gradient_noise_scale"],
+                    "target_eval_loss": s["target_eval_loss"],
+                    "ratios_dssda_to": ratios_to_dssda(s["figures"]),
+                    "memory_ratio_dssda_to_fl": s["figures"]["dssda"]["memory_ratio_to_fl"],
+                    "mean_memory_ratio_dssda_to_fl": s["figures"]["dssda"]["mean_memory_ratio_to_fl"],
+                    "energy_over_budget_max": {
+                        p: f["energy_over_budget_max"] for p, f in s["figures"].items()
+                    },
+                    "time_to_target_s": {p: f["time_to_target_s"] for p, f in s["figures"].items()},
+                    "fixed_batch_check": s["fixed_batch_check"],
+                }
+                for s in first_seed
+                if s["reading"] == reading
             }
-            for s in scenarios
-            if s["seed"] == first
+            for reading in plan.readings
         },
         "per_seed": [
             {
+                "reading": s["reading"],
                 "scenario": s["scenario"],
                 "seed": s["seed"],
                 "gradient_noise_scale": s["gradient_noise_scale"],
@@ -730,7 +928,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     write_html(args.out / "paper.html", report)
     (args.out / "paper.json").write_text(json.dumps(report["summary"], indent=2, default=float))
     decisions = [
-        {k: s[k] for k in ("scenario", "seed", "eval_loss", "training_noise_scale", "decision_log")}
+        {
+            k: s[k]
+            for k in ("reading", "scenario", "seed", "eval_loss", "training_noise_scale", "decision_log")
+        }
         for s in scenarios
     ]
     (args.out / "paper-decisions.json").write_text(json.dumps(decisions, default=float))

@@ -1,16 +1,18 @@
 """`collapipe bench paper` on an earlier revision and on the working tree, in one run, side by side.
 
 Checks ``REV`` out into a git worktree under /tmp and runs its own bench/paper.py there (its code, its
-bench, cwd and PYTHONPATH at the worktree, this interpreter, ``--rounds``), then this tree's bench twice:
-with the convergence term the scenarios configure (``--convergence variance``, as ``REV`` had it; no
-extras) and with the measured one (the bench's default, ``noise_scale``) over ``--seeds``, with the
-extras and the decision-time grid of ``--decision-devices``. Each run writes its outputs under ``--out``
-(before/, after-variance/, after/). Printed at the end: every policy's figures of the three runs side by
-side per scenario (each run's paper.csv, its first seed), and DSSDA's decision times before and after.
+bench, cwd and PYTHONPATH at the worktree, this interpreter, ``--rounds``), then this tree's bench twice
+in ``--reading`` (``batch``, the scenarios as written, or ``microbatch``, the fixed micro-batch reading
+derived from them): with the convergence term the scenarios configure (``--convergence variance``, as
+``REV`` had it; no extras) and with the measured one (the bench's default, ``noise_scale``) over
+``--seeds``, with the extras and the decision-time grid of ``--decision-devices``. Each run writes its
+outputs under ``--out`` (before/, after-variance/, after/). Printed at the end: every policy's figures of
+the three runs side by side per scenario (each run's paper.csv, its first seed, this tree's runs in
+``--reading``), and DSSDA's decision times before and after.
 The worktree is removed afterwards.
 
     .venv/bin/python bench/paper_before_after.py 6acf0c0 --out /tmp/paper-before-after \
-        [--rounds 120] [--seeds 1,2,3,4,5] [--decision-devices 4,12,50,100,1000]
+        [--reading batch|microbatch] [--rounds 120] [--seeds 1,2,3,4,5] [--decision-devices 4,12,50,100,1000]
 
 A revision whose scheduler needs numba (6acf0c0 and earlier) needs it importable by this interpreter.
 """
@@ -58,12 +60,14 @@ def run(tree: Path, args: list[str], out: Path) -> float:
     return time.perf_counter() - started
 
 
-def read(path: Path) -> dict[tuple[str, str], dict[str, str]]:
-    """paper.csv rows by (scenario, policy); the first seed's where the run had several."""
+def read(path: Path, reading: str) -> dict[tuple[str, str], dict[str, str]]:
+    """paper.csv rows of ``reading`` by (scenario, policy) (every row of a revision whose bench had one
+    reading); the first seed's where the run had several."""
     rows: dict[tuple[str, str], dict[str, str]] = {}
     with path.open() as fh:
         for row in csv.DictReader(fh):
-            rows.setdefault((row["scenario"], row["policy"]), row)
+            if row.get("reading", reading) == reading:
+                rows.setdefault((row["scenario"], row["policy"]), row)
     return rows
 
 
@@ -110,6 +114,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("revision", help="the earlier revision (e.g. 6acf0c0)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--reading",
+        choices=("batch", "microbatch"),
+        default="batch",
+        help="this tree's reading of micro-batching (the earlier revision's bench has its own)",
+    )
     parser.add_argument("--rounds", default="120", help="analytic rounds per policy (every run)")
     parser.add_argument("--seeds", default="1,2,3,4,5", help="seeds of the measured-term run")
     parser.add_argument("--train-rounds", help="every run's; default: each bench's own (a quick look)")
@@ -124,12 +134,13 @@ def main() -> None:
             walls["before"] = run(tree, common, args.out / "before")
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=True)
+    ours = [*common, "--readings", args.reading]
     walls["after-variance"] = run(
-        REPO, [*common, "--convergence", "variance", "--skip-extras"], args.out / "after-variance"
+        REPO, [*ours, "--convergence", "variance", "--skip-extras"], args.out / "after-variance"
     )
-    after = [*common, "--max-train-rounds", args.rounds, "--seeds", args.seeds]
+    after = [*ours, "--max-train-rounds", args.rounds, "--seeds", args.seeds]
     walls["after"] = run(REPO, [*after, "--decision-devices", args.decision_devices], args.out / "after")
-    results = {name: read(args.out / name / "paper.csv") for name in RUNS}
+    results = {name: read(args.out / name / "paper.csv", args.reading) for name in RUNS}
     print(table(results))
     print(decision_times({name: args.out / name for name in ("before", "after")}))
     print("wall time s: " + ", ".join(f"{name} {wall:.0f}" for name, wall in walls.items()))

@@ -1,9 +1,12 @@
-"""The paper comparison's order of work: uniform's bench-scale training sets the target and measures the
-B_noise that DSSDA's and myopic's modeled runs then use; the other M trajectories train to that target.
-The runs themselves are replaced by stand-ins that record how they were called."""
+"""The paper comparison's order of work: uniform's bench-scale training (one run for both readings of
+micro-batching) sets the target and measures the B_noise that DSSDA's and myopic's modeled runs then
+use; with a fixed batch every policy's time to target adds its own latencies up to uniform's round, with
+a fixed micro-batch the other M trajectories train to that target. The runs themselves are replaced by
+stand-ins that record how they were called."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +27,10 @@ def uniform_noise(seed: int | None, scenario: str) -> list[float | None]:
 class StandIns:
     """Stand-ins for the bench's analytic and training runs; ``calls`` records them in order."""
 
-    def __init__(self, noise: Any = uniform_noise) -> None:
+    def __init__(self, noise: Any = uniform_noise, replay_drift: float = 0.0) -> None:
         self.calls: list[tuple[str, str, Any, dict[str, Any]]] = []
         self.noise = noise
+        self.replay_drift = replay_drift  # added to a fixed-batch replay's losses (0: M changes nothing)
 
     def analytic(
         self, path: Path, policy: str, rounds: int, overrides: dict[str, Any] | None = None
@@ -39,6 +43,7 @@ class StandIns:
             "mean_samples_per_round": 64.0 * m,
             "mean_microbatches": float(m),
             "efficiency": 0.1 * m,
+            "efficiency_holders": 0.2 * m,
             "peak_memory_bytes": 1e9 * m,
             "mean_memory_bytes": 5e8 * m,
             "energy_over_budget_max": 0.25 * m,
@@ -61,14 +66,31 @@ class StandIns:
         max_rounds: int,
         target: float | None,
         seed: int | None = None,
+        reading: str = "batch",
     ) -> dict[str, list[Any]]:
-        self.calls.append(("train", path.stem, microbatches, {"target": target, "max_rounds": max_rounds}))
+        self.calls.append(
+            (
+                "train",
+                path.stem,
+                microbatches,
+                {"target": target, "max_rounds": max_rounds, "reading": reading, "seed": seed},
+            )
+        )
         if microbatches is None:  # uniform itself
             rounds = len(UNIFORM_LOSSES[:max_rounds])
             return {
                 "eval_loss": UNIFORM_LOSSES[:max_rounds],
+                "train_loss": UNIFORM_LOSSES[:max_rounds],
                 "gradient_noise_scale": self.noise(seed, path.stem)[:max_rounds],
                 "microbatches": [[4] * 4 for _ in range(rounds)],
+            }
+        if reading == "batch":  # with a fixed batch M does not change the training: uniform's losses
+            losses = [x + self.replay_drift for x in UNIFORM_LOSSES[:max_rounds]]
+            return {
+                "eval_loss": losses,
+                "train_loss": losses,
+                "gradient_noise_scale": [None] * len(losses),
+                "microbatches": microbatches[: len(losses)],
             }
         losses = [3.0 - 0.2 * r for r in range(max_rounds)]  # reaches 2.3 after 5 rounds
         reached = next(
@@ -76,6 +98,7 @@ class StandIns:
         )
         return {
             "eval_loss": losses[:reached],
+            "train_loss": losses[:reached],
             "gradient_noise_scale": [None] * reached,
             "microbatches": microbatches[:reached],
         }
@@ -121,15 +144,19 @@ def test_uniform_trains_first_and_dssda_and_myopic_use_the_b_noise_it_measured(s
     }
 
 
-def test_the_other_trajectories_train_after_the_modeled_runs_to_uniforms_target(stand_ins: StandIns) -> None:
-    runs, _ = paper.compare(PLAN, workers=1)
+def test_with_a_fixed_micro_batch_the_other_trajectories_train_after_the_modeled_runs_to_uniforms_target(
+    stand_ins: StandIns,
+) -> None:
+    runs, _ = paper.compare(PLAN._replace(readings=("microbatch",)), workers=1)
     last_analytic = max(i for i, c in enumerate(stand_ins.calls) if c[0] == "analytic")
     replays = [c for c in stand_ins.calls if c[0] == "train" and c[2] is not None]
     assert len(replays) == 4 * 2  # per case the M = 1 and the M = 8 trajectory; M = 4 shares uniform's run
     assert all(stand_ins.calls.index(c) > last_analytic for c in replays)
     assert {c[3]["target"] for c in replays} == {UNIFORM_LOSSES[-1]}
     assert {c[3]["max_rounds"] for c in replays} == {PLAN.max_train_rounds}
+    assert {c[3]["reading"] for c in replays} == {"microbatch"}
     for run in runs:
+        assert run["reading"] == "microbatch"
         assert run["target_eval_loss"] == UNIFORM_LOSSES[-1]
         assert run["eval_loss"]["proportional"] == run["eval_loss"]["uniform"] == UNIFORM_LOSSES
         assert run["figures"]["dssda"]["rounds_to_target"] == 5
@@ -161,7 +188,8 @@ def test_without_train_rounds_each_scenario_trains_uniform_its_own_and_caps_the_
             "paper-bert": paper.TrainingSettings(lr=0.001, eval_samples=512, train_rounds=3),
         },
     )
-    runs, _ = paper.compare(paper.Plan(rounds=8, seeds=(1,), extras=False), workers=1)
+    plan = paper.Plan(rounds=8, seeds=(1,), extras=False, readings=("microbatch",))
+    runs, _ = paper.compare(plan, workers=1)
     trains = [c for c in stand_ins.calls if c[0] == "train"]
     assert {(c[1], c[3]["max_rounds"]) for c in trains if c[2] is None} == {
         ("paper-transformer", 2),
@@ -200,3 +228,94 @@ def test_a_scenario_whose_training_rounds_exceed_the_modeled_rounds_is_refused_w
     with pytest.raises(SystemExit):
         paper.main(["--rounds", str(rounds)])
     assert "raise --rounds or lower --train-rounds" in capsys.readouterr().err
+
+
+def test_uniform_trains_once_for_both_readings_and_each_reading_models_its_own_config(
+    stand_ins: StandIns,
+) -> None:
+    runs, _ = paper.compare(PLAN, workers=1)
+    uniform = [c for c in stand_ins.calls if c[0] == "train" and c[2] is None]
+    assert len(uniform) == 2 * 2  # seeds × scenarios, not × readings
+    modeled = [c for c in stand_ins.calls if c[0] == "analytic"]
+    assert len(modeled) == 2 * 2 * 2 * len(paper.POLICIES)
+    micro = {c[1]: c[3] for c in modeled if "training.microbatch_size" in c[3]}
+    assert micro == {
+        stem: {**overrides, "training.batch_size": None, "training.microbatch_size": b}
+        for stem, overrides, b in (
+            ("paper-transformer", micro["paper-transformer"], 64 // 4),
+            ("paper-bert", micro["paper-bert"], 32 // 4),
+        )
+    }
+    assert sum("training.microbatch_size" not in c[3] for c in modeled) == len(modeled) // 2
+    assert [(r["reading"], r["seed"], r["scenario"]) for r in runs] == [
+        (reading, seed, stem)
+        for reading in ("batch", "microbatch")
+        for seed in (1, 2)
+        for stem in ("paper-transformer", "paper-bert")
+    ]
+
+
+def test_with_a_fixed_batch_every_policy_shares_uniforms_training_and_adds_its_own_latencies(
+    stand_ins: StandIns,
+) -> None:
+    runs, _ = paper.compare(PLAN._replace(readings=("batch",)), workers=1)
+    replays = [c for c in stand_ins.calls if c[0] == "train" and c[2] is not None]
+    # one round per case replaying a policy whose M differs from uniform's: the check that M does
+    # not change the training; no trajectory trains to the target
+    assert [(c[2], c[3]["max_rounds"], c[3]["reading"]) for c in replays] == [([[1] * 4], 1, "batch")] * 4
+    for run in runs:
+        assert run["training_groups"] == [list(paper.POLICIES)]
+        assert run["fixed_batch_check"]["policy"] == "dssda"
+        assert run["fixed_batch_check"]["relative_difference"] == 0.0
+        for policy, figures in run["figures"].items():
+            assert run["eval_loss"][policy] == UNIFORM_LOSSES
+            # uniform's loss reaches its own final value at round 3: three of the policy's latencies
+            assert figures["rounds_to_target"] == 3
+            assert figures["time_to_target_s"] == 3 * 10.0 * M_OF[policy]
+
+
+def test_with_a_fixed_batch_a_replay_that_trains_differently_stops_the_bench(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    drifting = StandIns(replay_drift=1e-3)
+    monkeypatch.setattr(paper, "analytic_task", drifting.analytic)
+    monkeypatch.setattr(paper, "train_task", drifting.train)
+    with pytest.raises(AssertionError, match=r"paper-transformer seed 1.*dssda.*M does not change"):
+        paper.compare(PLAN._replace(readings=("batch",)), workers=1)
+
+
+def test_the_fixed_micro_batch_reading_is_derived_from_the_scenarios_fixed_batch() -> None:
+    for path in paper.SCENARIOS.values():
+        written = paper.scenario_config(path)
+        batch, m = written.training.batch_size, written.scheduler.num_microbatches
+        assert batch is not None and written.training.microbatch_size is None
+        assert paper.reading_overrides(path, "batch") == {}
+        derived = paper.scenario_config(path, **paper.reading_overrides(path, "microbatch"))
+        assert (derived.training.batch_size, derived.training.microbatch_size) == (None, batch // m)
+        # the baselines' fixed M trains the same samples per step in both readings
+        assert derived.training.samples_per_step(m) == written.training.samples_per_step(m) == batch
+        copy = paper.training_config(path, seed=2, reading="microbatch")
+        assert (copy.training.batch_size, copy.training.microbatch_size, copy.seed) == (None, batch // m, 2)
+
+
+def test_the_json_summary_is_one_object_on_stdout_with_both_readings(
+    stand_ins: StandIns, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = ["--rounds", "8", "--train-rounds", "3", "--seeds", "1,2", "--skip-extras", "--workers", "1"]
+    paper.main(["--json", *plan, "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    summary = json.loads(out)
+    assert summary["plan"]["readings"] == ["batch", "microbatch"]
+    assert {(a["reading"], a["scenario"]) for a in summary["over_seeds"]} == {
+        (r, s) for r in ("batch", "microbatch") for s in ("paper-transformer", "paper-bert")
+    }
+    assert all(a["claims"]["memory"] is not None for a in summary["over_seeds"])
+    assert set(summary["ours"]) == {"batch", "microbatch"}
+    assert (tmp_path / "paper-decisions.json").is_file() and (tmp_path / "paper.html").is_file()
+
+
+def test_an_unknown_reading_is_refused_with_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        paper.main(["--readings", "batch,minibatch"])
+    assert "--readings 'batch,minibatch': give batch, microbatch or both" in capsys.readouterr().err
