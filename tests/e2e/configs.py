@@ -34,6 +34,9 @@ def tiny(rounds: int, executor: str = "simulated", **scheduler: Any) -> dict[str
         section, field = dotted.split(".")
         config[section][field] = int(text)
     config["training"]["rounds"] = rounds
+    # TINY_OVERRIDES set a fixed micro-batch (training.microbatch_size): the quickstart's fixed batch
+    # (training.batch_size) is the other reading of micro-batching, and a config sets one of them
+    config["training"].pop("batch_size", None)
     config["executor"] = executor
     config["scheduler"].update({"policy": "uniform", **scheduler})
     return config

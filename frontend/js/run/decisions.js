@@ -1,7 +1,8 @@
 // The DSSDA decision log: per round the objective and its terms, micro-batches M per cluster, the
 // blocks moved since the previous round and the share of latency they cost, solver iterations, solve
 // time and feasibility (GET /api/runs/{id}/decisions). Newest first, paged; live
-// rounds join the first page.
+// rounds join the first page. A round's number is a button: it opens that round (its explanation and
+// its Gantt); the round open is marked.
 
 import { get } from '../api.js';
 import { h, clear } from '../dom.js';
@@ -21,12 +22,14 @@ function moves(item) {
     : `${item.blocks_moved} (${formatPercent(share)})`;
 }
 
-function row(item) {
+function row(item, onSelect) {
   const feasible = item.feasible
     ? h('span.good', {}, 'yes')
     : h('span.bad', { title: item.violations.join('; ') }, `no (${item.violations.length})`);
+  const open = h('button.btn-link', { type: 'button', title: `Explain round ${item.round} and show its Gantt`, 'aria-label': `Open round ${item.round}` }, item.round);
+  open.addEventListener('click', () => onSelect(item.round, item));
   return h('tr', { 'data-round': item.round },
-    h('td.num', {}, item.round),
+    h('td.num', {}, open),
     h('td', {}, item.policy),
     h('td.num', {}, formatNumber(item.objective, 4)),
     TERMS.map((t) => h('td.num', {}, formatNumber(item[t], 4))),
@@ -38,8 +41,11 @@ function row(item) {
 }
 
 export class DecisionLog {
-  constructor(runId) {
+  /** ``onSelect(round, item)``: the user opened a round (its number's button). */
+  constructor(runId, { onSelect = () => {} } = {}) {
     this.runId = runId;
+    this.onSelect = onSelect;
+    this.marked = null;
     this.total = 0;
     this.offsetFromNewest = 0;
     this.tbody = h('tbody');
@@ -73,8 +79,20 @@ export class DecisionLog {
   render(items) {
     clear(this.tbody);
     if (!items.length) this.tbody.append(h('tr', {}, h('td.empty', { colspan: 11 }, 'No rounds yet.')));
-    for (const item of items) this.tbody.append(row(item));
+    for (const item of items) this.tbody.append(row(item, this.onSelect));
+    this.mark(this.marked);
     this.renderPager();
+  }
+
+  /** Mark the row of the round open in the explanation and the Gantt (null: none, the view follows the run). */
+  mark(round) {
+    this.marked = round;
+    for (const tr of this.tbody.querySelectorAll('tr[data-round]')) {
+      const selected = round !== null && tr.dataset.round === String(round);
+      tr.classList.toggle('selected', selected);
+      if (selected) tr.setAttribute('aria-current', 'true');
+      else tr.removeAttribute('aria-current');
+    }
   }
 
   renderPager() {
@@ -99,7 +117,7 @@ export class DecisionLog {
     if (empty) empty.parentElement.remove();
     for (const event of rounds) {
       const r = event.round;
-      this.tbody.prepend(row({ ...r, num_microbatches: r.num_microbatches || [], violations: r.violations || [] }));
+      this.tbody.prepend(row({ ...r, num_microbatches: r.num_microbatches || [], violations: r.violations || [] }, this.onSelect));
     }
     while (this.tbody.children.length > PAGE) this.tbody.lastElementChild.remove();
     this.renderPager();

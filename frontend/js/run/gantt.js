@@ -3,7 +3,8 @@
 // segment from the CU), then the first pipeline iteration from redistribution_s on. A row per
 // participant (CU, devices, edge server); the upper half of a row is computing (forward, backward),
 // the lower half the link (send, receive, and the redistribution's transfers); labels are micro-batch
-// numbers.
+// numbers. The round the user picks (the round box, a chart's point, the decision log) is told to
+// ``onChoose`` so that the rest of the view (the decision's explanation) shows the same round.
 
 import { get } from '../api.js';
 import { h, uid } from '../dom.js';
@@ -48,8 +49,10 @@ function participantOrder(names) {
 }
 
 export class GanttView {
-  constructor(runId, numClusters) {
+  /** ``onChoose(round)``: the user picked ``round`` (not called for the suggested newest round). */
+  constructor(runId, numClusters, { onChoose = () => {} } = {}) {
     this.runId = runId;
+    this.onChoose = onChoose;
     const roundId = uid('gantt-round');
     const clusterId = uid('gantt-cluster');
     this.roundInput = h('input', { id: roundId, type: 'number', min: 0, step: 1, inputmode: 'numeric', style: 'width: 7em' });
@@ -81,6 +84,12 @@ export class GanttView {
     }
   }
 
+  /** Follow the run again: draw ``round`` (the newest) and suggest every newer one. */
+  follow(round) {
+    this.userChose = false;
+    if (round >= 0) this.suggest(round, { draw: true });
+  }
+
   async show(round) {
     if (round !== undefined) {
       this.roundInput.value = round;
@@ -92,6 +101,7 @@ export class GanttView {
       this.note.textContent = 'Enter a round number.';
       return;
     }
+    if (this.userChose) this.onChoose(r);
     this.note.textContent = `Loading round ${r}…`;
     // only the newest request draws: a suggested round still loading must not replace the one the
     // user asked for after it

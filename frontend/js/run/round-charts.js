@@ -28,24 +28,43 @@ export const FROM_RECORD = {
   gradient_noise_scale: (r) => r.gradient_noise_scale,
 };
 
-const EMPTY_NOTE = {
-  text: 'no values (yet): the analytic executor trains nothing', showarrow: false,
-  xref: 'paper', yref: 'paper', x: 0.5, y: 0.5, font: { color: '#5d6b7c' },
-};
+/** The note an empty chart shows in its middle. */
+const emptyNote = (text) => ({
+  text, showarrow: false, xref: 'paper', yref: 'paper', x: 0.5, y: 0.5, font: { color: '#5d6b7c' },
+});
+
+/**
+ * Why a chart of ``def`` has no values, from what the run is known to have done (``facts``):
+ * ``executor``; ``roundsDone``, the rounds stored so far; ``multiMicrobatch``, whether a stored round
+ * trained a cluster with M ≥ 2 micro-batches (null: not known). A chart of training figures
+ * (``def.trains``) is empty for the analytic executor, which trains nothing; ``def.whyEmpty`` names
+ * a chart's own reasons.
+ */
+export function emptyReason(def, facts) {
+  if (def.trains && facts.executor === 'analytic') return 'no values: the analytic executor trains nothing';
+  if (!facts.roundsDone) return 'no values yet: no round has finished';
+  return (def.whyEmpty && def.whyEmpty(facts)) || 'no values in the rounds so far';
+}
 
 export const ROUND_CHARTS = [
-  { id: 'loss', title: 'Loss', unit: '1', note: 'train_loss (mean over clusters) and eval_loss after FedAvg', fields: ['train_loss', 'eval_loss'] },
-  { id: 'eval', title: 'Eval metrics', unit: '1', note: 'eval_accuracy, eval_error_rate (seq2seq) on the held-out set', fields: ['eval_accuracy', 'eval_error_rate'] },
+  { id: 'loss', title: 'Loss', unit: '1', trains: true, note: 'train_loss (mean over clusters) and eval_loss after FedAvg', fields: ['train_loss', 'eval_loss'] },
+  { id: 'eval', title: 'Eval metrics', unit: '1', trains: true, note: 'eval_accuracy, eval_error_rate (seq2seq) on the held-out set', fields: ['eval_accuracy', 'eval_error_rate'] },
   // perplexity runs from thousands down to tens: an axis of its own, logarithmic
   {
-    id: 'perplexity', title: 'Eval perplexity', unit: '1', log: true, fields: ['eval_perplexity'],
+    id: 'perplexity', title: 'Eval perplexity', unit: '1', log: true, trains: true, fields: ['eval_perplexity'],
     note: 'eval_perplexity = exp(token-weighted eval loss) on the held-out set; log scale',
     when: (config) => config.model.kind === 'causal_lm',
   },
   // B_noise grows by orders of magnitude as the loss falls: a logarithmic axis
   {
-    id: 'gradient-noise', title: 'Gradient noise scale', unit: '1', log: true, fields: ['gradient_noise_scale'],
+    id: 'gradient-noise', title: 'Gradient noise scale', unit: '1', log: true, trains: true, fields: ['gradient_noise_scale'],
     note: 'B_noise = tr(Σ)/|G|² in samples, from micro-batch and accumulated gradient norms, averaged over rounds; log scale',
+    // a step of M = 1 has one batch size only: nothing to compare its gradient with
+    whyEmpty: ({ multiMicrobatch }) => {
+      if (multiMicrobatch === false) return 'no values: every training step so far had M = 1 micro-batch;<br>B_noise needs a step of M ≥ 2 (it compares micro-batch gradients with their mean)';
+      if (multiMicrobatch) return 'no values yet: the averaged |G|² is not positive<br>(the gradient\'s signal is not yet resolved from its noise)';
+      return null;
+    },
   },
   {
     id: 'round-latency', title: 'Round latency', unit: 's', fields: ['latency_s', 'makespan_s_max', 'aggregation_s', 'redistribution_s_max'],
@@ -70,11 +89,13 @@ export function roundFields(charts = ROUND_CHARTS) {
 const hover = (field, axis) => `${field}<br>${X_AXES[axis].hover}<br>%{y}<extra></extra>`;
 const label = (def, axis) => `${def.title} over ${axis === 'round' ? 'rounds' : 'modeled elapsed time'}`;
 
-/** A chart of ``def``'s fields against ``axis`` (a key of X_AXES; setXAxis() switches it). */
+/** A chart of ``def``'s fields against ``axis`` (a key of X_AXES; setXAxis() switches it).
+ * ``whyEmpty()``: the text it shows while it has no values (emptyReason of the run's facts). */
 export class RoundChart {
-  constructor(def, axis = 'round') {
+  constructor(def, axis = 'round', whyEmpty = () => 'no values yet') {
     this.def = def;
     this.axis = axis;
+    this.whyEmpty = whyEmpty;
     this.el = h('div.chart', { id: `chart-${def.id}`, 'data-chart': def.id, role: 'img', 'aria-label': label(def, axis) });
     this.panel = h('section.chart-panel', {}, h('h3', {}, def.title), h('p.chart-note', {}, def.note), this.el);
     this.drawn = false;
@@ -96,7 +117,7 @@ export class RoundChart {
     this.empty = traces.every((t) => !t.x.length);
     const layout = baseLayout({
       showlegend: true,
-      annotations: this.empty ? [EMPTY_NOTE] : [],
+      annotations: this.empty ? [emptyNote(this.whyEmpty())] : [],
       margin: { l: 58, r: 12, t: 24, b: 40 },
       xaxis: liveAxis(xAxisLayout(this.axis)),
       yaxis: liveAxis({ ...axisFormat(this.def.unit), ...(this.def.log ? { type: 'log', tickformat: '.3~s' } : {}) }),
@@ -149,7 +170,12 @@ export class RoundChart {
         indices.push(i);
       }
     });
-    if (!indices.length) return;
+    if (!indices.length) {
+      // still empty: the reason may have changed with these rounds (the first round, a step of M ≥ 2)
+      const text = this.empty ? this.whyEmpty() : null;
+      if (text !== null && text !== this.el.layout.annotations?.[0]?.text) plotly().relayout(this.el, { annotations: [emptyNote(text)] });
+      return;
+    }
     plotly().extendTraces(this.el, { x: xs, y: ys, customdata: cs }, indices);
     if (this.empty) {
       this.empty = false;

@@ -1,6 +1,8 @@
 // One run, live: header and actions, summary tiles, per-device charts, measured vs modeled figures
 // (distributed executor), segment allocation, the pipeline Gantt of a chosen round,
-// loss/eval/latency/objective curves and the decision log.
+// loss/eval/latency/objective curves, the explanation of a round's decision and the decision log.
+// The Gantt and the explanation show the newest round until the user picks one (a chart's point,
+// the Gantt's round box, a round of the decision log): then both show that round.
 //
 // Loading, in six requests: the run's detail fixes R = rounds_done - 1 and the id of its latest live
 // event; the per-device series (one request for every metric), the round series and the decision
@@ -24,10 +26,11 @@ import { runActions } from '../run-actions.js';
 import { nowUnixMs, recordDraw, recordView, stats } from '../stats.js';
 import { roundOfPoint, savedXAxis, xAxisControl } from '../plot.js';
 import { DEVICE_CHARTS, DEVICE_FIGURES, DeviceCharts, limitMetrics, seriesMetrics } from '../run/device-charts.js';
-import { RoundChart, roundChartsFor, roundFields } from '../run/round-charts.js';
+import { RoundChart, emptyReason, roundChartsFor, roundFields } from '../run/round-charts.js';
 import { SegmentCharts } from '../run/segments.js';
 import { GanttView } from '../run/gantt.js';
 import { DECISION_PAGE, DecisionLog } from '../run/decisions.js';
+import { ExplanationView } from '../run/explanation.js';
 import { Tiles } from '../run/tiles.js';
 import { MEASURED_ROUNDS, MeasuredView, isMeasuredRun } from '../run/measured.js';
 
@@ -97,7 +100,10 @@ export function mountRun(main, { runId }) {
   const recent = [];
   const loaded = new Set();
   const onScreen = new Set();
-  const parts = { device: [], round: [], segments: null, gantt: null, decisions: null, tiles: null, measured: null };
+  const parts = { device: [], round: [], segments: null, gantt: null, decisions: null, explanation: null, tiles: null, measured: null };
+  // what the empty round charts say why they are empty from (emptyReason): filled in by the history
+  // and every live round
+  const facts = { executor: null, roundsDone: 0, multiMicrobatch: null };
   const observer = new IntersectionObserver((entries) => {
     for (const entry of entries) {
       const chart = entry.target.chart;
@@ -209,10 +215,27 @@ export function mountRun(main, { runId }) {
     parts.tiles = new Tiles(run.config);
     // the per-device charts: two figures of stacked subplots; only the one on screen redraws live
     parts.device = DEVICE_FIGURES.map(({ id, charts }) => new DeviceCharts(DEVICE_CHARTS.filter((c) => charts.includes(c.id)), devices, id, xAxis));
-    parts.round = roundChartsFor(run.config).map((def) => new RoundChart(def, xAxis));
+    facts.executor = run.executor;
+    parts.round = roundChartsFor(run.config).map((def) => new RoundChart(def, xAxis, () => emptyReason(def, facts)));
     parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_blocks);
-    parts.gantt = new GanttView(run.id, n.num_clusters);
-    parts.decisions = new DecisionLog(run.id);
+    parts.gantt = new GanttView(run.id, n.num_clusters, {
+      onChoose: (round) => {
+        parts.explanation.select(round);
+        parts.decisions.mark(round);
+      },
+    });
+    parts.decisions = new DecisionLog(run.id, {
+      onSelect: (round, item) => {
+        parts.explanation.remember([item]);
+        parts.gantt.show(round);
+      },
+    });
+    parts.explanation = new ExplanationView(run.id, {
+      onFollow: (round) => {
+        parts.decisions.mark(null);
+        parts.gantt.follow(round);
+      },
+    });
     parts.measured = isMeasuredRun(run) ? new MeasuredView(run) : null;
     clear(body).append(
       parts.tiles.el,
@@ -229,6 +252,9 @@ export function mountRun(main, { runId }) {
       h('div.grid-2', {}, parts.segments.panels, parts.gantt.panel),
       h('div.section-title', {}, h('h2', {}, 'Training and objective')),
       h('div.grid', {}, parts.round.map((c) => c.panel)),
+      h('div.section-title', {}, h('h2', {}, 'Decisions'),
+        h('span.small.muted', {}, 'why each round\'s decision is what it is, and the log of them all')),
+      parts.explanation.panel,
       parts.decisions.panel,
     );
     for (const chart of [...parts.device, ...parts.round]) {
@@ -278,14 +304,18 @@ export function mountRun(main, { runId }) {
     const decisionRounds = parts.measured ? MEASURED_ROUNDS : DECISION_PAGE;
     const [history, rounds, decisionItems] = await Promise.all([
       deviceHistory(initial, R, [HEATMAP_SERIES, ...(parts.measured ? ['idle_s:2'] : [])]),
-      empty ? { series: {} } : get(`/api/runs/${run.id}/rounds`, { fields: roundFields(parts.round.map((c) => c.def)), max_points: ROUND_POINTS, to: R }),
+      // and num_microbatches_mean: a round above 1 trained a cluster with M ≥ 2 (what B_noise needs)
+      empty ? { series: {} } : get(`/api/runs/${run.id}/rounds`, { fields: [...roundFields(parts.round.map((c) => c.def)), 'num_microbatches_mean'], max_points: ROUND_POINTS, to: R }),
       empty ? [] : get(`/api/runs/${run.id}/decisions`, { from: Math.max(0, R - decisionRounds + 1), to: R, limit: decisionRounds })
         .then((page) => page.items),
     ]);
     if (closed) return;
     startClock(empty ? 0 : rounds.elapsed_s);
     const latestDecision = decisionItems.length ? decisionItems[decisionItems.length - 1] : null;
+    facts.roundsDone = Math.max(facts.roundsDone, R + 1);
+    facts.multiMicrobatch = (rounds.series.num_microbatches_mean?.value || []).some((m) => m > 1);
     await parts.decisions.load(R, decisionItems);
+    parts.explanation.load(decisionItems);
     // the measured points' elapsed time: the round latency series has every round of a measured
     // (distributed, short) run; a round it lacks is drawn per round only
     const clock = new Map((rounds.series.latency_s?.round || []).map((r, i) => [r, rounds.series.latency_s.elapsed_s[i]]));
@@ -352,6 +382,10 @@ export function mountRun(main, { runId }) {
     const flushStartUnixMs = nowUnixMs();
     const batch = pending;
     pending = [];
+    for (const { round } of batch) {
+      facts.roundsDone = Math.max(facts.roundsDone, round.round + 1);
+      if ((round.num_microbatches || []).some((m) => m >= 2)) facts.multiMicrobatch = true;
+    }
     for (const chart of [...parts.device, ...parts.round]) {
       if (onScreen.has(chart)) {
         applyPending(chart);
@@ -362,6 +396,7 @@ export function mountRun(main, { runId }) {
     }
     parts.segments.extend(batch);
     parts.decisions.extend(batch);
+    parts.explanation.extend(batch);
     if (parts.measured) parts.measured.extend(batch);
     if (parts.tiles.total !== undefined) parts.tiles.extend(batch);
     const newest = batch[batch.length - 1].round.round;
