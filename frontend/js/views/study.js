@@ -10,7 +10,7 @@ import { get, post, qs } from '../api.js';
 import { h, clear, progressBar, statusBadge, toast, uid } from '../dom.js';
 import { subscribe } from '../live.js';
 import { purge } from '../plot.js';
-import { can } from '../session.js';
+import { mayAct } from '../session.js';
 import { drawCiPlot, numericAxes } from '../study/ci-plot.js';
 import { drawRegimeMap } from '../study/regime-map.js';
 import { SERIES_X, drawSeriesPlot } from '../study/series-plot.js';
@@ -85,7 +85,7 @@ export function mountStudy(main, { studyId }) {
 
   function renderActions(p) {
     clear(actions);
-    if (!can('operator')) return;
+    if (!mayAct(detail.owner_name)) return; // the study's owner or an admin, as the API enforces
     const button = (name, url) => {
       const b = h('button.btn.btn-small', { type: 'button', 'data-action': name }, name === 'cancel' ? 'Cancel study' : 'Resume study');
       b.addEventListener('click', async () => {
