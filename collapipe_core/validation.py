@@ -32,6 +32,7 @@ from collapipe_core.config import (
 from collapipe_core.costmodel.host import host_memory_bytes
 from collapipe_core.costmodel.problem import device_memory_bytes
 from collapipe_core.costmodel.profile import ModelProfile
+from collapipe_core.models.peft import peft_problems
 from collapipe_core.network import DeviceTrace
 from collapipe_core.quote import json_value, short
 from collapipe_core.state import build_environment, load_device_trace, pretrained_dir
@@ -226,17 +227,7 @@ def check_config(
     def add(field: str, value: Any, message: str) -> None:
         problems.append(ConfigProblem(field, value, message))
 
-    for field, value, default in (
-        ("training.peft", t.peft, None),
-        ("training.precision", t.precision, "fp32"),
-        ("training.activation_checkpointing", t.activation_checkpointing, "none"),
-    ):
-        if value != default:  # the executors and the cost model do not train this way yet
-            add(
-                field,
-                value if value is None or isinstance(value, str) else "…",
-                "is not available yet; leave it out",
-            )
+    problems.extend(peft_problems(config))
     devices = config.network.num_clusters * config.network.devices_per_cluster
     if devices * t.rounds > MAX_DEVICE_ROUNDS:
         add(
@@ -411,19 +402,22 @@ def _check_data_and_memory(
     micro = 1 if st.batch_size is None else st.microbatch_limit
     b = st.samples_per_microbatch(micro)
     in_flight = micro if config.training.schedule == "gpipe" else 1
-    overhead = env.scenario.runtime_overhead_bytes
-    activation = b * env.profile.block_activation_bytes
+    overhead, prof = env.scenario.runtime_overhead_bytes, env.profile
+    working = b * prof.block_activation_bytes + prof.block_activation_fixed_bytes
+    kept = working  # with recomputation allowed (all, auto) a TEB keeps only its inputs
+    if config.training.activation_checkpointing != "none":
+        kept = b * prof.block_recompute_activation_bytes + prof.block_recompute_activation_fixed_bytes
     problems.extend(
         memory_problems(
             env.scenario.memory_bytes,
             # what a scheduled device holds besides its TEBs at that M (costmodel.device_memory_bytes)
             float(
                 device_memory_bytes(
-                    0, in_flight, micro, 0.0, activation, 2.0 * b * env.profile.payload_bytes, overhead
+                    0, in_flight, micro, 0.0, kept, 2.0 * b * prof.payload_bytes, overhead, working
                 )
             ),
-            env.profile.block_state_bytes,
-            in_flight * activation,
+            prof.block_state_bytes,
+            in_flight * kept,
             config.model.num_blocks,
             micro,
         )

@@ -27,10 +27,12 @@ import os
 import torch
 from torch import nn
 
-from ..config import ModelConfig
+from ..config import ModelConfig, PeftConfig
 from .blocks import Embedding, EncoderBlock, EncoderStackModel
 from .classifier import ClassifierHead, EncoderClassifier
 from .losses import PAD_ID, StepLoss, loss_for, source_mask, split_targets
+from .peft import inject_adapters
+from .precision import store_frozen
 from .seq2seq import DecoderBlock, Seq2SeqHead, Seq2SeqTransformer
 
 __all__ = [
@@ -65,6 +67,8 @@ def build_model(
     bos_id: int | None = None,
     eos_id: int | None = None,
     pretrained_dir: str | os.PathLike[str] | None = None,
+    peft: PeftConfig | None = None,
+    precision: str = "fp32",
 ) -> EncoderStackModel:
     """Build the model of ``model_cfg`` with weights drawn from a generator seeded with ``seed``.
 
@@ -74,6 +78,10 @@ def build_model(
     default ``model.pretrained_path``, apply there). Builtin: ``model_cfg.vocab_size``, when set,
     overrides ``vocab_size``; the global RNG is not used — modules are created on the meta device and
     every parameter is then initialised explicitly, so the same seed gives bitwise-identical weights.
+
+    ``peft``: LoRA adapters (``training.peft``, :mod:`.peft`) injected before the model is cut into its
+    parts, everything else frozen; ``precision`` (``training.precision``): under ``bf16`` the frozen
+    parameters are stored in bf16 (:mod:`.precision`).
     """
     if model_cfg.source == "transformers":
         from .hf import build_hf_model  # imports transformers: builtin runs never pay for it
@@ -87,10 +95,15 @@ def build_model(
             bos_id=bos_id,
             eos_id=eos_id,
             pretrained_dir=pretrained_dir,
+            peft=peft,
+            precision=precision,
         )
     model = build_skeleton(model_cfg, vocab_size, num_outputs)
     model.to_empty(device="cpu")
     _init_weights(model, torch.Generator().manual_seed(seed))
+    if peft is not None:
+        inject_adapters(model, peft, model_cfg, seed)
+    store_frozen(model, precision)
     return model
 
 
@@ -103,6 +116,8 @@ def build_skeleton(
     bos_id: int | None = None,
     eos_id: int | None = None,
     pretrained_dir: str | os.PathLike[str] | None = None,
+    peft: PeftConfig | None = None,
+    precision: str = "fp32",
 ) -> EncoderStackModel:
     """The model :func:`build_model` builds, on the meta device: every shape and name, no storage.
 
@@ -120,6 +135,8 @@ def build_skeleton(
             bos_id=bos_id,
             eos_id=eos_id,
             pretrained_dir=pretrained_dir,
+            peft=peft,
+            precision=precision,
         )
     vocab = model_cfg.vocab_size if model_cfg.vocab_size is not None else vocab_size
     if vocab < 1 or num_outputs < 1:
@@ -153,6 +170,9 @@ def build_skeleton(
             )
         else:
             raise ValueError(f"the builtin models are seq2seq or classifier, not {m.kind}")
+        if peft is not None:
+            inject_adapters(model, peft, model_cfg, seed=None)
+    store_frozen(model, precision)
     return model
 
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
+from collapipe_core.config import TrainingConfig
 from collapipe_core.decision import Decision
 from collapipe_core.gradient_noise import NoiseEstimate
 from collapipe_core.state import RoundState
@@ -23,6 +27,16 @@ class TrainingOutcome:
     eval_metrics: dict[str, float] = field(default_factory=dict)
     measured: dict[str, dict[str, float]] = field(default_factory=dict)  # device id → measured figures
     gradient_noise: NoiseEstimate | None = None  # the round's tr(Σ) and |G|²; None: no step had M ≥ 2
+
+
+def recompute_flags(training: TrainingConfig, decision: Decision) -> npt.NDArray[np.bool_]:
+    """(N, K): the devices that recompute their blocks' activations in backward this round.
+
+    ``training.activation_checkpointing: all``: every device; otherwise the decision's per-device flags
+    (``Decision.recompute()``: what DSSDA chose under ``auto``; none otherwise).
+    """
+    flags = decision.recompute()
+    return np.ones_like(flags) if training.activation_checkpointing == "all" else flags
 
 
 class Executor(Protocol):

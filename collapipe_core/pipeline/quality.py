@@ -10,7 +10,8 @@ whole set / number of terms (non-PAD targets, or samples). Metrics:
   (capped at e^700 so that it stays a finite number).
 
 The special ids (``pad_id``, ``bos_id``, ``eos_id``) are the data's; they default to CollaPipe's own
-vocabularies' ids; ``pad_id=None`` means the data has no padding.
+vocabularies' ids; ``pad_id=None`` means the data has no padding. The model runs in the training
+``precision`` (bf16: under CPU autocast, the logits cast to fp32 for the loss).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from torch import Tensor
 
 from collapipe_core.data import BOS_ID, EOS_ID, PAD_ID, Shard
 from collapipe_core.models import EncoderStackModel, loss_for, source_mask, split_targets
+from collapipe_core.models.precision import autocast, to_loss
 
 EVAL_BATCH = 256
 MAX_LOG_PERPLEXITY = 700.0
@@ -56,8 +58,16 @@ def evaluate_model(
     pad_id: int | None = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    precision: str = "fp32",
 ) -> tuple[float, dict[str, float]]:
     """(eval loss, {"eval_accuracy": ..., and "eval_error_rate" or "eval_perplexity"}) on ``shard``."""
+    with autocast(precision):
+        return _evaluate(model, shard, pad_id, bos_id, eos_id, precision)
+
+
+def _evaluate(
+    model: EncoderStackModel, shard: Shard, pad_id: int | None, bos_id: int, eos_id: int, precision: str
+) -> tuple[float, dict[str, float]]:
     was_training = model.training
     model.eval()
     loss = loss_for(model.kind, pad_id=pad_id)
@@ -66,7 +76,7 @@ def evaluate_model(
         src, tgt = shard.src[start : start + EVAL_BATCH], shard.tgt[start : start + EVAL_BATCH]
         mask = source_mask(src, pad_id)
         dec_in, labels = split_targets(model.kind, tgt)
-        logits = model(src, mask, dec_in)  # (B, C) or (B, T, V)
+        logits = to_loss(model(src, mask, dec_in), precision)  # (B, C) or (B, T, V)
         terms = loss.terms(labels)
         loss_sum += float(loss.sum(logits, labels))
         hits += int(((logits.argmax(-1) == labels) & terms).sum())

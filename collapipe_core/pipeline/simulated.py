@@ -29,10 +29,11 @@ import torch
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.data import DatasetBundle, batch_indices
 from collapipe_core.decision import Decision
+from collapipe_core.federated.exchange import averaged_keys
 from collapipe_core.federated.fedavg import fedavg
 from collapipe_core.gradient_noise import GradientNormSums, estimate_round, is_measured_iteration
 from collapipe_core.models import EncoderStackModel, build_model, loss_for, source_mask
-from collapipe_core.pipeline.executor import TrainingOutcome
+from collapipe_core.pipeline.executor import TrainingOutcome, recompute_flags
 from collapipe_core.pipeline.gradient_norms import GradientNormProbe
 from collapipe_core.pipeline.quality import evaluate_model
 from collapipe_core.pipeline.split import accumulate_microbatches, split_model
@@ -40,18 +41,22 @@ from collapipe_core.state import RoundState
 
 
 def make_optimizer(config: ExperimentConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The run's optimizer over the parameters of ``model`` that train (with LoRA the adapters and
+    ``modules_to_save``; frozen parameters have no optimizer state), in ``named_parameters()`` order."""
     t = config.training
+    params = [p for p in model.parameters() if p.requires_grad]
     if t.optimizer == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        return torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay)
     momentum = 0.9 if t.optimizer == "momentum" else 0.0
-    return torch.optim.SGD(model.parameters(), lr=t.lr, momentum=momentum, weight_decay=t.weight_decay)
+    return torch.optim.SGD(params, lr=t.lr, momentum=momentum, weight_decay=t.weight_decay)
 
 
 def build_run_model(
     config: ExperimentConfig, bundle: DatasetBundle, pretrained_dir: Path | None
 ) -> EncoderStackModel:
     """The run's model: the config's, sized to the data (vocabulary, outputs, special ids), seeded
-    by the run's seed or loaded from ``pretrained_dir`` (model.pretrained_path resolved)."""
+    by the run's seed or loaded from ``pretrained_dir`` (model.pretrained_path resolved), with the
+    run's adapters (training.peft) and its frozen weights stored at training.precision."""
     return build_model(
         config.model,
         bundle.src_vocab_size,
@@ -61,6 +66,8 @@ def build_run_model(
         bos_id=bundle.bos_id,
         eos_id=bundle.eos_id,
         pretrained_dir=pretrained_dir,
+        peft=config.training.peft,
+        precision=config.training.precision,
     )
 
 
@@ -80,22 +87,29 @@ class SimulatedExecutor:
         self.pad_id = bundle.pad_id  # the data's padding id (None: windows without padding)
         self.model = build_run_model(config, bundle, pretrained_dir)
         self.loss = loss_for(config.model.kind, pad_id=self.pad_id)
+        self.averaged = averaged_keys(self.model)  # what trains and FedAvg averages
         self.global_state = copy.deepcopy(self.model.state_dict())
         self.optimizer_states: list[dict[str, Any] | None] = [None] * len(bundle.shards)
 
     def execute(self, state: RoundState, decision: Decision) -> TrainingOutcome:
         t, settings = state.round_index, state.settings
+        precision = self.config.training.precision
+        recompute = recompute_flags(self.config.training, decision)
         cluster_states, losses = [], []
         norms: list[list[GradientNormSums]] = []  # per cluster, per measured local iteration
         for n, (shard, cluster) in enumerate(zip(self.bundle.shards, decision.clusters, strict=True)):
             torch.manual_seed(_seed(self.config.seed, t, n, 0xD0))  # dropout stream, resumable
-            self.model.load_state_dict(self.global_state)
+            self._load_averaged()  # the frozen weights never change
             optimizer = make_optimizer(self.config, self.model)
             saved = self.optimizer_states[n]
             if saved is not None:
                 optimizer.load_state_dict(saved)
-            blocks = cluster.num_blocks if decision.mode == "pipeline" else [self.config.model.num_blocks]
-            stages = split_model(self.model, blocks)
+            if decision.mode == "pipeline":
+                blocks, again = list(cluster.num_blocks), list(recompute[n])
+            else:  # replicated (fl): the whole model on each device
+                blocks = [self.config.model.num_blocks]
+                again = [self.config.training.activation_checkpointing == "all"]
+            stages = split_model(self.model, blocks, recompute=again, precision=precision)
             self.model.train()
             cluster_loss = 0.0
             norms.append([])
@@ -116,17 +130,19 @@ class SimulatedExecutor:
                         norms[-1].append(probe.finish_step(m, settings.samples_per_microbatch(m)))
                     optimizer.step()
             losses.append(cluster_loss / state.settings.local_iterations)
-            cluster_states.append(copy.deepcopy(self.model.state_dict()))
+            trained = self.model.state_dict()
+            cluster_states.append({key: trained[key].detach().clone() for key in self.averaged})
             self.optimizer_states[n] = copy.deepcopy(optimizer.state_dict())
         sizes = [len(shard) for shard in self.bundle.shards]
-        self.global_state = fedavg(cluster_states, sizes)
-        self.model.load_state_dict(self.global_state)
+        self.global_state = {**self.global_state, **fedavg(cluster_states, sizes)}
+        self._load_averaged()
         eval_loss, metrics = evaluate_model(
             self.model,
             self.bundle.eval,
             pad_id=self.pad_id,
             bos_id=self.bundle.bos_id,
             eos_id=self.bundle.eos_id,
+            precision=precision,
         )
         train_loss = float(np.average(losses, weights=sizes))
         return TrainingOutcome(
@@ -135,6 +151,10 @@ class SimulatedExecutor:
             eval_metrics=metrics,
             gradient_noise=estimate_round(norms, sizes),
         )
+
+    def _load_averaged(self) -> None:
+        """The global values of what trains into the model (the frozen weights are the model's own)."""
+        self.model.load_state_dict({key: self.global_state[key] for key in self.averaged}, strict=False)
 
     def state_dict(self) -> dict[str, Any]:
         return {"global_state": self.global_state, "optimizer_states": self.optimizer_states}

@@ -22,6 +22,11 @@ copy each and must sum the two gradients after every step.
 
 :func:`accumulate_microbatches` trains one step with the loss of :mod:`collapipe_core.models.losses`:
 Σ over micro-batches of the summed loss terms, divided by the step's number of terms.
+
+Every stage runs in the training precision (``precision``, :mod:`collapipe_core.models.precision`):
+under bf16, CPU autocast inside the stage and its output cast to bf16 (the head's logits to fp32 for
+the loss), so the simulated executor computes what the distributed ranks compute and send. A device
+that recomputes (``recompute``) checkpoints each of its blocks (:class:`SegmentStage`).
 """
 
 from __future__ import annotations
@@ -31,48 +36,68 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from ..decision import plan_segments
 from ..models import EncoderStackModel, StepLoss, split_targets
+from ..models.precision import autocast, to_boundary, to_loss
 
 
 class EmbeddingStage(nn.Module):
-    """The CU's stage: ``forward(src) -> h``, src (B, S) int64, h (B, S, d)."""
+    """The CU's stage: ``forward(src) -> h``, src (B, S) int64, h (B, S, d) at the boundary dtype."""
 
-    def __init__(self, model: EncoderStackModel) -> None:
+    def __init__(self, model: EncoderStackModel, precision: str = "fp32") -> None:
         super().__init__()
         self.embedding = model.embedding
+        self.precision = precision
 
     def forward(self, src: Tensor) -> Tensor:
-        h: Tensor = self.embedding(src)
-        return h
+        with autocast(self.precision):
+            h: Tensor = self.embedding(src)
+        return to_boundary(h, self.precision)
 
 
 class SegmentStage(nn.Module):
-    """One device's contiguous TEBs: ``forward(h, *, src_mask) -> h``, h (B, S, d)."""
+    """One device's contiguous TEBs: ``forward(h, *, src_mask) -> h``, h (B, S, d).
 
-    def __init__(self, model: EncoderStackModel, block_range: range) -> None:
+    ``recompute``: each block runs under ``torch.utils.checkpoint`` (non-reentrant): only the blocks'
+    inputs are kept for backward, which runs each block's forward again. Non-reentrant, because the
+    input of a segment may not require grad (a frozen embedding's output), and reentrant checkpointing
+    then computes no gradient for the block's adapters.
+    """
+
+    def __init__(
+        self, model: EncoderStackModel, block_range: range, recompute: bool = False, precision: str = "fp32"
+    ) -> None:
         super().__init__()
         self.block_range = block_range
+        self.recompute = recompute
+        self.precision = precision
         # keyed by the model's block index, so parameter names match the model's
         self.blocks = nn.ModuleDict({str(i): model.blocks[i] for i in block_range})
 
     def forward(self, h: Tensor, *, src_mask: Tensor) -> Tensor:
-        for block in self.blocks.values():
-            h = block(h, src_mask)
-        return h
+        with autocast(self.precision):
+            for block in self.blocks.values():
+                if self.recompute:
+                    h = checkpoint(block, h, src_mask, use_reentrant=False)
+                else:
+                    h = block(h, src_mask)
+        return to_boundary(h, self.precision)
 
 
 class HeadStage(nn.Module):
-    """The edge server's stage: ``forward(h, *, src_mask, dec_in=None) -> logits``."""
+    """The edge server's stage: ``forward(h, *, src_mask, dec_in=None) -> logits`` (fp32 under bf16)."""
 
-    def __init__(self, model: EncoderStackModel) -> None:
+    def __init__(self, model: EncoderStackModel, precision: str = "fp32") -> None:
         super().__init__()
         self.head = model.head
+        self.precision = precision
 
     def forward(self, h: Tensor, *, src_mask: Tensor, dec_in: Tensor | None = None) -> Tensor:
-        logits: Tensor = self.head(h, src_mask, dec_in)
-        return logits
+        with autocast(self.precision):
+            logits: Tensor = self.head(h, src_mask, dec_in)
+        return to_loss(logits, self.precision)
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,9 +122,23 @@ class Stages:
         return logits
 
 
-def split_model(model: EncoderStackModel, num_blocks: Sequence[int]) -> Stages:
-    """Cut ``model`` so that device k holds ``num_blocks[k]`` consecutive TEBs."""
+def split_model(
+    model: EncoderStackModel,
+    num_blocks: Sequence[int],
+    *,
+    recompute: Sequence[bool] | None = None,
+    precision: str = "fp32",
+) -> Stages:
+    """Cut ``model`` so that device k holds ``num_blocks[k]`` consecutive TEBs.
+
+    ``recompute[k]``: device k recomputes its blocks' activations in backward (default: none does);
+    ``precision``: every stage runs in the training precision and casts its output to the boundary dtype
+    (:mod:`collapipe_core.models.precision`).
+    """
     ranges = plan_segments(num_blocks)
+    flags = [False] * len(ranges) if recompute is None else [bool(x) for x in recompute]
+    if len(flags) != len(ranges):
+        raise ValueError(f"{len(flags)} recompute flags for {len(ranges)} devices; give one per device")
     total = sum(len(r) for r in ranges)
     if total != len(model.blocks):
         raise ValueError(
@@ -107,9 +146,11 @@ def split_model(model: EncoderStackModel, num_blocks: Sequence[int]) -> Stages:
             f"{len(model.blocks)}; the entries must sum to num_blocks = {len(model.blocks)}"
         )
     return Stages(
-        embedding=EmbeddingStage(model),
-        segments=tuple(SegmentStage(model, r) for r in ranges),
-        head=HeadStage(model),
+        embedding=EmbeddingStage(model, precision),
+        segments=tuple(
+            SegmentStage(model, r, again, precision) for r, again in zip(ranges, flags, strict=True)
+        ),
+        head=HeadStage(model, precision),
         kind=model.kind,
     )
 

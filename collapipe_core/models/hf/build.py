@@ -26,7 +26,9 @@ from typing import Any
 
 import torch
 
-from ...config import ModelConfig
+from ...config import ModelConfig, PeftConfig
+from ..peft import inject_adapters
+from ..precision import store_frozen
 from .common import ATTN_IMPLEMENTATION, BuildArgs, Family, HfSplitModel
 from .pretrained import FIELD, SIZE_KEYS, architecture_of, checked_pretrained_dir, read_config_json, sizes_in
 
@@ -52,10 +54,14 @@ def build_hf_model(
     bos_id: int | None = None,
     eos_id: int | None = None,
     pretrained_dir: str | os.PathLike[str] | None = None,
+    peft: PeftConfig | None = None,
+    precision: str = "fp32",
 ) -> HfSplitModel:
     """The ``model.architecture`` split model, random (seeded) or loaded from a local directory.
 
     ``vocab_size`` is the data's vocabulary, ``num_outputs`` the classes (bert) or target vocabulary.
+    ``peft``: LoRA adapters injected into the transformers model before it is split (the parts hold the
+    adapted layers); ``precision`` bf16 stores the frozen parameters in bf16.
     """
     fam = family(model_cfg.architecture)
     directory = pretrained_dir if pretrained_dir is not None else model_cfg.pretrained_path
@@ -69,9 +75,12 @@ def build_hf_model(
                 )
             else:
                 model = _load(fam, config, directory, _shown(model_cfg, directory))
+        if peft is not None:
+            inject_adapters(model, peft, model_cfg, seed)
         split = fam.split(model)
     except Exception as err:
         raise _not_built(err, fam, model_cfg, directory) from None
+    store_frozen(split, precision)
     split.train()  # as a built model is; from_pretrained leaves eval mode
     return split
 
@@ -85,6 +94,8 @@ def build_hf_skeleton(
     bos_id: int | None = None,
     eos_id: int | None = None,
     pretrained_dir: str | os.PathLike[str] | None = None,
+    peft: PeftConfig | None = None,
+    precision: str = "fp32",
 ) -> HfSplitModel:
     """The split model of :func:`build_hf_model` on the meta device: shapes and names, no storage."""
     fam = family(model_cfg.architecture)
@@ -95,9 +106,13 @@ def build_hf_skeleton(
             model = fam.model_class._from_config(
                 config, attn_implementation=ATTN_IMPLEMENTATION, dtype=torch.float32
             )
-        return fam.split(model)
+            if peft is not None:
+                inject_adapters(model, peft, model_cfg, seed=None)
+        split = fam.split(model)
     except Exception as err:
         raise _not_built(err, fam, model_cfg, directory) from None
+    store_frozen(split, precision)
+    return split
 
 
 def _not_built(

@@ -163,6 +163,13 @@ def checked_pretrained_dir(path: str | os.PathLike[str], name: str | None = None
         why = "is a file, not a directory written by save_pretrained"
     elif not os.path.isfile(os.path.join(text, "config.json")):
         why = "has no config.json; give a directory written by save_pretrained"
+        if os.path.isfile(os.path.join(text, "adapter_config.json")):
+            why = (
+                "is a peft adapter directory (adapter_config.json), not a model: CollaPipe does not load "
+                "adapters; give the base model's save_pretrained directory as model.pretrained_path and "
+                "set training.peft to train new adapters on it (to continue training adapters of a run, "
+                "fork that run)"
+            )
     if why:
         raise ValueError(f"{_where(path, name)} {why}")
     return Path(text)
