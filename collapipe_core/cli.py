@@ -53,7 +53,10 @@ def run(
     json_output: Annotated[
         bool, typer.Option("--json", help="one JSON object per round, then a summary")
     ] = False,
-    out: Annotated[Path | None, typer.Option(help="directory for records.jsonl and checkpoints")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="directory for records.jsonl, checkpoints and, at the end, the trained model/"),
+    ] = None,
     resume: Annotated[bool, typer.Option(help="continue from the checkpoint in --out")] = False,
 ) -> None:
     """Run an experiment without a server."""
@@ -91,6 +94,22 @@ def run(
         summary = _run_with_progress(runner, config.name, start, config.training.rounds)
         _print_summary(summary, sinks[0])
     runner.sink.close()
+    if out is not None:
+        _export(config, runner, out / "model")
+
+
+def _export(config: Any, runner: Any, directory: Path) -> None:
+    """The trained model into ``directory`` (replaced); a note instead for the analytic executor."""
+    from collapipe_core.export import NothingToExport, export_model
+
+    if directory.exists():
+        shutil.rmtree(directory)
+    try:
+        export_model(config, runner.executor.state_dict(), directory)
+    except NothingToExport:
+        err_console.print("no model/ written: the analytic executor trains no weights", highlight=False)
+        return
+    err_console.print(f"model: {directory} (docs/models.md, Getting the model out)", highlight=False)
 
 
 def _truncate_records(path: Path, start: int) -> None:

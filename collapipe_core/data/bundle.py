@@ -15,7 +15,7 @@ small for the config are :class:`~collapipe_core.data.errors.DataError` s naming
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from collapipe_core.data.errors import DataError, needed_workspace, quoted_name,
 from collapipe_core.data.partition import Indices, hold_out, split_pool, split_samples
 from collapipe_core.data.vocab import BOS_ID, EOS_ID, PAD_ID, IdMatrix
 from collapipe_core.workspace import Workspace
+
+if TYPE_CHECKING:
+    from collapipe_core.data.tokenization import TextTokenizer
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class DatasetBundle:
     bos_id: int = BOS_ID  # start of a seq2seq target; a classifier's CLS token at position 0
     eos_id: int = EOS_ID  # end of a seq2seq target; between documents of a causal_lm
     truncated_rows: int = 0  # user files: rows cut to the model's lengths (data.truncate)
+    tokenizer: TextTokenizer | None = None  # the subword tokenizer of the texts (None: characters)
 
     @property
     def src_vocab_size(self) -> int:
@@ -151,6 +155,7 @@ def load_dataset(config: ExperimentConfig, workspace: Workspace | None = None) -
         bos_id=corpus.specials.bos,
         eos_id=corpus.specials.eos,
         truncated_rows=corpus.truncated_rows,
+        tokenizer=corpus.tokenizer,
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Literal, NamedTuple, cast
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from collapipe_core.data.vocab import (
     encode_rows,
     encode_targets,
 )
+
+if TYPE_CHECKING:
+    from collapipe_core.data.tokenization import TextTokenizer
 
 Kind = Literal["seq2seq", "classifier", "causal_lm"]
 CHARACTER_SPECIALS = SpecialIds()
@@ -70,6 +73,7 @@ class Corpus:
     held_out: tuple[IdMatrix, IdMatrix] | None = None  # (src, tgt) kept apart from src/tgt (user files)
     specials: SpecialIds = CHARACTER_SPECIALS
     truncated_rows: int = 0  # user files: rows cut to fit the model's lengths
+    tokenizer: TextTokenizer | None = None  # the subword tokenizer that encoded it (None: characters)
 
 
 def dataset_kind(name: str) -> Kind:

@@ -91,6 +91,14 @@ def tokenizer_files_digest(config: ExperimentConfig, workspace: Workspace) -> st
     return _digest(*_files(workspace, config.model.pretrained_path))
 
 
+def pretrained_tokenizer_files(config: ExperimentConfig, workspace: Workspace) -> dict[str, bytes]:
+    """The two files of the tokenizer in ``model.pretrained_path`` (file name -> content), read as the
+    run reads them: what an exported model saves beside its weights."""
+    assert config.model.pretrained_path is not None
+    tokenizer_json, config_json = _files(workspace, config.model.pretrained_path)
+    return {"tokenizer.json": tokenizer_json, "tokenizer_config.json": config_json}
+
+
 def _digest(tokenizer_json: bytes, config_json: bytes) -> str:
     return hashlib.blake2b(tokenizer_json + b"\0" + config_json, digest_size=16).hexdigest()
 

@@ -84,4 +84,7 @@ def _windows(tokenizer: TextTokenizer, seq_len: int) -> Corpus:
     for array in (src, tgt, topic):
         array.flags.writeable = False
     vocab = tokenizer.vocab
-    return Corpus(NAME, "causal_lm", vocab, vocab, src, tgt, np.asarray(topic), specials=tokenizer.specials)
+    specials = tokenizer.specials
+    return Corpus(
+        NAME, "causal_lm", vocab, vocab, src, tgt, np.asarray(topic), specials=specials, tokenizer=tokenizer
+    )

@@ -169,7 +169,9 @@ def _rows_corpus(
     names = tuple(_class_name(label) for label in ordered) if kind == "classifier" else tokenizer.vocab
     src, tgt, keys, eval_src, eval_tgt = _read_only(src[rows], tgt[rows], keys[rows], eval_src, eval_tgt)
     held_out = (eval_src, eval_tgt)
-    return Corpus(NAME, kind, tokenizer.vocab, names, src, tgt, keys, held_out, tokenizer.specials, truncated)
+    return Corpus(
+        NAME, kind, tokenizer.vocab, names, src, tgt, keys, held_out, tokenizer.specials, truncated, tokenizer
+    )
 
 
 def _causal_lm(
@@ -187,7 +189,7 @@ def _causal_lm(
         held_out = (eval_src, eval_tgt)
     src, tgt, keys = _read_only(src, tgt, keys)
     vocab = tokenizer.vocab
-    return Corpus(NAME, "causal_lm", vocab, vocab, src, tgt, keys, held_out, tokenizer.specials)
+    return Corpus(NAME, "causal_lm", vocab, vocab, src, tgt, keys, held_out, tokenizer.specials, 0, tokenizer)
 
 
 def _documents(tokenizer: TextTokenizer, files: Sequence[Records]) -> list[list[list[int]]]:

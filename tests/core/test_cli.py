@@ -12,6 +12,9 @@ from typer.testing import CliRunner
 
 from collapipe_core.calibration import calibrate
 from collapipe_core.cli import app
+from collapipe_core.data import load_dataset
+from collapipe_core.export import load_model
+from collapipe_core.pipeline.quality import evaluate_model
 from collapipe_core.validation import load_config
 from tests.core.builders import tiny_config
 
@@ -127,3 +130,26 @@ def test_calibrate_refuses_a_single_micro_batch_and_changes_nothing(tmp_path: Pa
     assert done.exit_code == 2
     assert "at least 2 micro-batches" in done.output and "Traceback" not in done.output
     assert path.read_text() == original
+
+
+def test_run_out_writes_the_trained_model_at_the_end(tmp_path: Path) -> None:
+    """In-process: --out DIR holds DIR/model/ after the run, and it evaluates to the last eval loss."""
+    path = _write(tmp_path, training={"rounds": 2, "local_iterations": 1})
+    out = tmp_path / "out"
+    done = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--json"])
+    assert done.exit_code == 0, done.output
+    last = [json.loads(line) for line in done.stdout.splitlines()][-2]["round"]
+    model = load_model(out / "model")
+    config = load_config(path)
+    bundle = load_dataset(config)
+    loss, _ = evaluate_model(
+        model, bundle.eval, pad_id=bundle.pad_id, bos_id=bundle.bos_id, eos_id=bundle.eos_id
+    )
+    assert abs(loss - last["eval_loss"]) <= 1e-5 and last["round"] == 1
+    assert f"model: {out / 'model'}" in done.stderr
+
+    analytic = _write(tmp_path, executor="analytic", training={"rounds": 1})
+    done = CliRunner().invoke(app, ["run", str(analytic), "--out", str(out), "--json"])
+    assert done.exit_code == 0, done.output
+    assert not (out / "model").exists()  # replaced with the rest of DIR, and nothing to write
+    assert "the analytic executor trains no weights" in done.stderr
