@@ -160,14 +160,13 @@ export class ExplanationView {
   async select(round) {
     this.following = false;
     this.followButton.hidden = false;
-    if (this.shown === round) return;
-    this.requests += 1;
-    const request = this.requests;
     const known = this.known.get(round);
     if (known) {
       this.render(known);
       return;
     }
+    this.requests += 1;
+    const request = this.requests;
     this.sentence.textContent = `Loading round ${round}…`;
     try {
       const page = await get(`/api/runs/${this.runId}/decisions`, { from: round, to: round, limit: 1 });
