@@ -43,6 +43,13 @@ class RunFork(StrictBody):
     segments: list[Integral] | None = Field(
         default=None, max_length=1000, description="TEBs per device (policy 'fixed') from round k"
     )
+    rounds: Integral | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="the fork's total rounds (training.rounds, the k replayed ones included), more than k; "
+        "default the parent's. A finished run continues with round = its rounds done and more rounds",
+    )
 
 
 class RunOut(BaseModel):

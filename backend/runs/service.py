@@ -146,18 +146,27 @@ def fork(
     workspace: Workspace,
     max_active: int,
 ) -> Run:
-    """A new run that starts from the parent's state at round k and switches policy/V from k on. Only
-    the parent's owner or an admin may fork it; the fork is theirs."""
+    """A new run that starts from the parent's state at round k and switches policy/V from k on, and
+    runs ``rounds`` rounds in all (default the parent's): a finished run continues with k = its rounds
+    done and more rounds. The fork replays the parent's rounds before k with the parent's configs
+    (every draw derives from the seed and the round), it copies no checkpoint. Only the parent's owner
+    or an admin may fork it; the fork is theirs."""
     parent = get(session, run_id)
     check_owner(owner, parent.owner_id, f"run {run_id}", "fork")
     check_room(session, owner.id, 1, max_active)
     k = body.round
-    if k > parent.rounds_done or k >= parent.total_rounds:
-        latest = min(parent.rounds_done, parent.total_rounds - 1)
+    if k > parent.rounds_done:
         raise InvalidInput(
             f"round {k} is not a state of run {run_id}: it has {parent.rounds_done} of "
-            f"{parent.total_rounds} rounds done; choose 0 <= round <= {latest}",
+            f"{parent.total_rounds} rounds done; choose 0 <= round <= {parent.rounds_done}",
             [{"field": "round", "value": k, "message": "beyond the parent's completed rounds"}],
+        )
+    total = parent.total_rounds if body.rounds is None else body.rounds
+    if total <= k:
+        raise InvalidInput(
+            f"a fork at round {k} runs the rounds after it: give rounds (its total, the {k} replayed ones "
+            f"included) more than {k}" + ("" if body.rounds is not None else f"; run {run_id} has {total}"),
+            [{"field": "rounds", "value": body.rounds, "message": f"must be more than round ({k})"}],
         )
     data = dict(parent.config)
     scheduler = dict(data.get("scheduler", {}))
@@ -165,17 +174,20 @@ def fork(
         if value is not None:
             scheduler[key] = value
     data["scheduler"] = scheduler
+    data["training"] = {**data.get("training", {}), "rounds": total}
     config = validated_config(data, workspace, field="config")
     replay = [
         {"until_round": min(int(e["until_round"]), k), "config": e["config"]}
         for e in parent.replay_configs or []
     ]
     replay.append({"until_round": k, "config": parent.config})
-    name = f"{parent.name} fork@{k} ({config.scheduler.policy}, V={config.scheduler.V:g})"[:200]
+    settings = f"{config.scheduler.policy}, V={config.scheduler.V:g}"
+    if total != parent.total_rounds:
+        settings += f", {total} rounds"
     run = new_run(
         owner,
         config,
-        name,
+        f"{parent.name} fork@{k} ({settings})"[:200],
         experiment_id=parent.experiment_id,
         parent_run_id=parent.id,
         fork_round=k,

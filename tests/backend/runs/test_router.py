@@ -158,3 +158,28 @@ def test_delete_is_refused_for_active_runs(api: Api) -> None:
     _set(api, run["id"], status="failed")
     assert api.client.delete(f"/api/runs/{run['id']}", headers=api.as_("admin")).status_code == 204
     assert api.client.get(f"/api/runs/{run['id']}", headers=api.as_("viewer")).status_code == 404
+
+
+def test_a_finished_run_continues_as_a_fork_at_its_last_round_with_more_rounds(api: Api) -> None:
+    parent = _launch(api)  # 5 rounds
+    op = api.as_("operator")
+    _set(api, parent["id"], status="succeeded", rounds_done=5)
+    fork = api.client.post(f"/api/runs/{parent['id']}/fork", json={"round": 5, "rounds": 8}, headers=op)
+    assert fork.status_code == 201, fork.text
+    body = fork.json()
+    assert (body["fork_round"], body["total_rounds"], body["config"]["training"]["rounds"]) == (5, 8, 8)
+    assert body["replay_configs"] == [{"until_round": 5, "config": parent_config(api, parent["id"])}]
+    assert "8 rounds" in body["name"]
+    # the last round with the parent's rounds (nothing left to run), or rounds that end before k: refused
+    for asked in ({"round": 5}, {"round": 5, "rounds": 5}, {"round": 4, "rounds": 3}):
+        refused = api.client.post(f"/api/runs/{parent['id']}/fork", json=asked, headers=op)
+        assert refused.status_code == 422, asked
+        assert refused.json()["error"]["details"][0]["field"] == "rounds"
+        assert "more than" in refused.json()["error"]["message"]
+    beyond = api.client.post(f"/api/runs/{parent['id']}/fork", json={"round": 6, "rounds": 9}, headers=op)
+    assert beyond.status_code == 422 and beyond.json()["error"]["details"][0]["field"] == "round"
+    too_many = api.client.post(
+        f"/api/runs/{parent['id']}/fork", json={"round": 5, "rounds": 2_000_000}, headers=op
+    )
+    assert too_many.status_code == 422 and too_many.json()["error"]["details"][0]["field"] == "body.rounds"
+    assert api.client.get("/api/runs", headers=api.as_("viewer")).json()["total"] == 2  # parent + one fork
