@@ -8,7 +8,8 @@ Waiting readers share one tail per event loop (:class:`_Tail`): while any reader
 reads the rows after the newest id it has seen (an index range scan that returns nothing when
 nothing happened) whenever the ``Waiter`` says so — every ``sse_poll_interval_s`` in the embedded
 default, or at once on a Redis wake-up (and at least once a second) with executor=celery — and keeps
-the latest ``recent_events`` events in memory. A Redis wake-up carries the events its transaction
+the latest ``recent_events`` events in memory (and no more than ``recent_bytes`` of their data: a
+large run's events do not multiply into the API's memory). A Redis wake-up carries the events its transaction
 committed: when they directly follow the newest id the tail has, it appends them without a query
 (on a gap it reads the table). A reader whose resume point lies inside the window is answered from
 memory; a reader further behind, or reading a run's stream from its start, queries the table first.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import json
 import logging
 import time
 import weakref
@@ -38,6 +40,7 @@ log = logging.getLogger(__name__)
 
 MAX_EVENTS_PER_READ = 500
 RECENT_EVENTS = 2000
+RECENT_BYTES = 32 * 2**20  # the window also holds at most this much event data (as JSON)
 
 
 def _selected(run_id: Selector) -> ColumnElement[bool]:
@@ -62,10 +65,12 @@ class OutboxChannel:
         session_factory: SessionFactory,
         waiter: Waiter | None = None,
         recent_events: int = RECENT_EVENTS,
+        recent_bytes: int = RECENT_BYTES,
     ) -> None:
         self.session_factory = session_factory
         self.waiter: Waiter = waiter or PollWaiter(0.02)
         self.recent_events = recent_events
+        self.recent_bytes = recent_bytes
         self._tails: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Tail] = weakref.WeakKeyDictionary()
 
     def _latest_id(self) -> int:
@@ -137,6 +142,10 @@ class OutboxChannel:
             await closer()
 
 
+def _size_bytes(event: LiveEvent) -> int:
+    return len(json.dumps(event.data, separators=(",", ":"), default=str))
+
+
 class _Tail:
     """The newest events of every run, kept in memory and extended by one polling task while readers
     wait. ``events`` holds every event with ``base < id <= latest``, in id order."""
@@ -147,6 +156,8 @@ class _Tail:
         self.latest = latest
         self._events: list[LiveEvent] = []
         self._ids: list[int] = []
+        self._sizes: list[int] = []  # of each event's data as JSON
+        self._bytes = 0
         self._changed = asyncio.Event()
         self._waiting = 0
         self._task: asyncio.Task[None] | None = None
@@ -226,8 +237,18 @@ class _Tail:
     def _append(self, rows: list[LiveEvent]) -> None:
         self._events.extend(rows)
         self._ids.extend(int(e.id) for e in rows)
+        sizes = [_size_bytes(e) for e in rows]
+        self._sizes.extend(sizes)
+        self._bytes += sum(sizes)
         self.latest = self._ids[-1]
-        excess = len(self._events) - self._channel.recent_events
-        if excess > 0:
+        # drop the oldest beyond recent_events, then more while their data exceeds recent_bytes
+        # (the newest event always stays)
+        excess = max(0, len(self._events) - self._channel.recent_events)
+        dropped = sum(self._sizes[:excess])
+        while excess < len(self._events) - 1 and self._bytes - dropped > self._channel.recent_bytes:
+            dropped += self._sizes[excess]
+            excess += 1
+        if excess:
             self.base = self._ids[excess - 1]
-            del self._events[:excess], self._ids[:excess]
+            self._bytes -= dropped
+            del self._events[:excess], self._ids[:excess], self._sizes[:excess]

@@ -198,6 +198,42 @@ def test_a_stream_from_the_start_never_shows_a_deleted_runs_events(
     assert asyncio.run(scenario()) == [{"round": {"round": 7}}]
 
 
+def test_the_window_of_recent_events_is_bounded_in_bytes_and_readers_behind_it_read_the_table(
+    session_factory: sessionmaker[Session], wiring: tuple[Waiter, Wake]
+) -> None:
+    """Large events (a large run's rounds) must not multiply into the API's memory: the readers'
+    shared window keeps at most ``recent_bytes`` of event data; a reader behind it reads the table."""
+    run_a = insert_run(session_factory)
+    waiter, wake = wiring
+    channel = OutboxChannel(session_factory, waiter, recent_bytes=2500)
+    publish = publisher(session_factory, wake)
+    padding = "x" * 1000  # ~1 KB per event
+
+    async def scenario() -> tuple[list[Any], int, int]:
+        first = await asyncio.to_thread(publish, run_a, ROUND, {"round": {"round": 0}, "p": padding})
+        reader = asyncio.create_task(_read_until(channel, run_a, first, 5))
+        await asyncio.sleep(0.1)
+        for n in range(1, 6):
+            await asyncio.to_thread(publish, run_a, ROUND, {"round": {"round": n}, "p": padding})
+        events = await asyncio.wait_for(reader, 10)
+        tail = await channel._tail()
+        kept = len(tail._events)
+        behind = await channel.read(run_a, first, 1.0)  # older than the window: from the table
+        await channel.aclose()
+        return [e.data["round"]["round"] for e in events + behind], kept, tail._bytes
+
+    rounds, kept, kept_bytes = asyncio.run(scenario())
+    assert rounds == [1, 2, 3, 4, 5] * 2
+    assert kept == 2 and kept_bytes <= 2500
+
+
+async def _read_until(channel: OutboxChannel, run_id: int, after: str, count: int) -> list[LiveEvent]:
+    events: list[LiveEvent] = []
+    while len(events) < count:
+        events += await channel.read(run_id, events[-1].id if events else after, 5.0)
+    return events
+
+
 def _counting_table_reads(channel: OutboxChannel) -> list[int]:
     """Count the channel's reads of the table (one element per read)."""
     reads: list[int] = []
