@@ -46,7 +46,9 @@ async def validate(
 async def preflight(
     config: dict[str, Any], _user: ViewerUser, workspace: WorkspaceDep, process: PreflightDep
 ) -> dict[str, Any]:
-    """Round 0 of the config's policy on the cost model, before launching: {"round": ..., "devices": [...]}
+    """Round 0 of the config's policy on the cost model, before launching: {"round": ..., "devices": [...],
+    "model": {params, trainable_params, frozen_params, precision, recomputing_devices}, "memory_parts":
+    {device id: {weights, gradients, optimizer_state, activations, runtime}}}
     with modeled latency, energy and memory per device (against capacity and budget). 422 as /validate,
     and when the estimate takes longer than the server allows (COLLAPIPE_PREFLIGHT_TIMEOUT_S)."""
     return await process.run(config, workspace)

@@ -90,8 +90,11 @@ def _serve(connection: Connection, memory_bytes: int | None) -> None:
         importlib.import_module(module)
     from backend.config_input import normalized, validated_config
     from backend.jsonsafe import sanitize
+    from collapipe_core.api import memory_report
+    from collapipe_core.decision import Decision
     from collapipe_core.runner import Runner
     from collapipe_core.sinks import MemorySink
+    from collapipe_core.state import observe
 
     _limit_memory(memory_bytes)
     connection.send(("ready", None))
@@ -110,8 +113,13 @@ def _serve(connection: Connection, memory_bytes: int | None) -> None:
                 update={"executor": "analytic", "training": config.training.model_copy(update={"rounds": 1})}
             )
             sink = MemorySink()
-            Runner(analytic, sink, workspace=workspace).run()
-            connection.send(("ok", sanitize(sink.results[0].to_json())))
+            runner = Runner(analytic, sink, workspace=workspace)
+            runner.run()
+            record = sink.results[0]
+            result = record.to_json()
+            decision = Decision.from_json(record.round.decision)
+            result.update(memory_report(observe(runner.env, 0), decision))
+            connection.send(("ok", sanitize(result)))
         except InvalidConfig as err:
             connection.send(("invalid", (err.message, err.details)))
         except MemoryError:

@@ -42,6 +42,7 @@ __all__ = [
     "environment",
     "evaluate",
     "load_config",
+    "memory_report",
     "placement",
     "round_state",
     "schedule_rounds",
@@ -84,6 +85,35 @@ def decide(policy_name: str, state: RoundState) -> Decision:
 def evaluate(state: RoundState, decision: Decision) -> dict[str, Any]:
     """Modeled objective, latency, per-device energy and memory, feasibility and violations (plain JSON)."""
     return _report(costmodel.evaluate(state, decision), state.scenario.device_ids())
+
+
+def memory_report(state: RoundState, decision: Decision) -> dict[str, Any]:
+    """The model's parameters (trainable and frozen) and each scheduled device's modeled memory by part
+    (weights, gradients, optimizer state, activations, runtime; bytes) under ``decision``: what the
+    pre-flight shows beside round 0."""
+    from collapipe_core.costmodel.evaluate import memory_parts
+
+    prof = state.profile
+    ev = costmodel.evaluate(state, decision)
+    parts = memory_parts(state, decision, ev)
+    on = decision.num_blocks() > 0
+    devices = {
+        device_id: {name: float(part[n, k]) for name, part in parts.items()}
+        for device_id, (n, k) in zip(state.scenario.device_ids(), np.ndindex(on.shape), strict=True)
+        if on[n, k]
+    }
+    return {
+        "model": {
+            "params": prof.total_params,
+            "trainable_params": prof.trainable_params,
+            "frozen_params": prof.total_params - prof.trainable_params,
+            "precision": prof.precision,
+            "recomputing_devices": int(decision.recompute().sum())
+            if state.settings.checkpointing == "auto"
+            else int(on.sum()) * (state.settings.checkpointing == "all"),
+        },
+        "memory_parts": devices,
+    }
 
 
 def _report(ev: costmodel.Evaluation, ids: list[str]) -> dict[str, Any]:

@@ -267,9 +267,6 @@ class ModelConfig(_Section):
         default=None, description="vocabulary; None takes the dataset tokenizer's size"
     )
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
-    bytes_per_element: Integral = Field(
-        default=4, description="bytes per activation/weight element on the devices (4 = fp32, 2 = bf16)"
-    )
     hf_config: dict[Annotated[str, Field(pattern=HF_CONFIG_KEY)], HfValue | list[HfValue]] = Field(
         default_factory=dict,
         max_length=64,
@@ -291,8 +288,6 @@ class ModelConfig(_Section):
                 f"num_heads ({self.num_heads}) must divide d_model ({self.d_model}); "
                 f"try num_heads={_largest_divisor_at_most(self.d_model, self.num_heads)}"
             )
-        if self.bytes_per_element not in (2, 4, 8):
-            raise ValueError(f"bytes_per_element must be 2, 4 or 8, got {self.bytes_per_element}")
         if self.source == "builtin":
             extra = [
                 name
@@ -603,6 +598,32 @@ class ExperimentConfig(_Section):
         description="analytic (cost model only), simulated (real training in one process) or "
         "distributed (one process per CU, device and edge server)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _precision_of_bytes_per_element(cls, data: object) -> object:
+        """``model.bytes_per_element`` (configs stored before ``training.precision``) is read as the
+        precision it meant: 4 fp32, 2 bf16; the profile's bytes come from what the precision runs."""
+        if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+            return data
+        if "bytes_per_element" not in data["model"]:
+            return data
+        model = dict(data["model"])
+        size = model.pop("bytes_per_element")
+        precision = {4: "fp32", 2: "bf16"}.get(size) if isinstance(size, int) else None
+        if precision is None:
+            raise ValueError(
+                f"model.bytes_per_element {size!r} is not a training precision; it is read as "
+                "training.precision (4: fp32, 2: bf16): set training.precision instead"
+            )
+        training = data.get("training")
+        training = dict(training) if isinstance(training, dict) else {}
+        if training.setdefault("precision", precision) != precision:
+            raise ValueError(
+                f"model.bytes_per_element {size} means training.precision {precision}, not "
+                f"{training['precision']}; leave bytes_per_element out"
+            )
+        return {**data, "model": model, "training": training}
 
     @property
     def channel_seed(self) -> int:

@@ -9,7 +9,10 @@ Each round of a run (the runner calls :func:`explain`) keeps, with its decision:
 - ``fewer_microbatches`` / ``more_microbatches``: the chosen placement and links with every cluster's M
   moved to the next smaller / larger choice (M ∓ 1 with a fixed micro-batch, the neighbouring divisors of
   B with a fixed batch);
-- ``uniform``: the ``uniform`` baseline's decision (equal TEBs, bandwidth and power, the configured M).
+- ``uniform``: the ``uniform`` baseline's decision (equal TEBs, bandwidth and power, the configured M);
+- ``no_recompute``: when some device recomputes its TEBs' activations (``activation_checkpointing: auto``),
+  the same decision without recomputation (it does not fit: the devices that recompute are exactly those
+  whose memory needs it).
 
 For each, how much more (or less) it costs than the chosen decision, ΔJ, split into the terms of the
 objective: ``compute`` and ``links`` (the round latency's change, V-weighted, split by the critical
@@ -47,6 +50,7 @@ def latency_parts(state: RoundState, decision: Decision, ev: Evaluation) -> dict
         return {"compute": float(np.max(ev.compute_s, initial=0.0)), "links": ev.latency_s}
     pr = build_problem(state)
     delta, micro = decision.num_blocks(), decision.num_microbatches()
+    pr = pr.with_recompute(pr.recompute_of(delta, decision.recompute()))
     u = np.where(delta > 0, pr.time_per_bit(decision.bandwidth_share(), decision.power_w()), 0.0)
     compute, links = gpipe_parts(stage_times(pr, delta, micro, u), micro)
     n = int(np.argmax(ev.redistribution_s + pr.iterations * ev.pipeline_s))
@@ -179,6 +183,13 @@ def explain(state: RoundState, decision: Decision, ev: Evaluation, optimised: bo
             entries.append(_entry(state, name, label, chosen, other, note))
     uniform = get_policy("uniform").decide(state)
     entries.append(_entry(state, "uniform", "the uniform split", chosen, uniform))
+    if decision.recompute().any():
+        plain = dataclasses.replace(
+            decision, clusters=tuple(dataclasses.replace(c, recompute=()) for c in decision.clusters)
+        )
+        entries.append(
+            _entry(state, "no_recompute", "the same decision without recomputation", chosen, plain)
+        )
     return {
         "sentence": sentence(state, decision, ev, entries),
         "counterfactuals": entries,
@@ -196,7 +207,9 @@ def _placement(state: RoundState, decision: Decision) -> str:
             where = f"all {held[0][1]} TEBs on {device_id(n, held[0][0])}"
         else:
             where = f"TEBs {'+'.join(str(d) for _, d in held)} over {len(held)} devices"
-        parts.append(f"cluster {n}: {where}, M = {c.num_microbatches}")
+        again = [device_id(n, k) for k, r in enumerate(c.recompute) if r]
+        recomputing = f", recomputing on {', '.join(again)}" if again else ""
+        parts.append(f"cluster {n}: {where}, M = {c.num_microbatches}{recomputing}")
     if len(parts) > 3:
         parts = [*parts[:2], f"… {len(parts) - 2} more clusters"]
     return "; ".join(parts)

@@ -42,6 +42,7 @@ class Settings:
     batch_size: int | None  # B of the fixed batch reading: M micro-batches of B/M samples
     local_iterations: int  # I
     schedule: Literal["gpipe", "1f1b"]
+    checkpointing: Literal["none", "all", "auto"]  # training.activation_checkpointing
     V: float
     lambda_: float
     gradient_variance: float  # σ²
@@ -61,6 +62,7 @@ class Settings:
             batch_size=t.batch_size,
             local_iterations=t.local_iterations,
             schedule=t.schedule,
+            checkpointing=t.activation_checkpointing,
             V=s.V,
             lambda_=s.lambda_,
             gradient_variance=s.gradient_variance,

@@ -6,18 +6,22 @@ For cluster n and device k (arrays (..., N, K)), per micro-batch (the constants 
 :mod:`~collapipe_core.costmodel.problem` at the cluster's M: a_k, ρ, P, τ, S0, c_F, c_B) and with
 u_k = 1/r_k (seconds per bit), r_k = β_k·W·log2(1 + p_k·h_k/(β_k·W·N0)), a decision (δ, M, β, p) costs
 
-    T^pipe_n = S0 + Σ_{δ_k>0} ((1 + ρ)·δ_k·a_k + 2·(P·u_k + τ))
+    T^pipe_n = S0 + Σ_{δ_k>0} ((1 + ρ)·δ_k·a_k + δ_k·x_k + 2·(P·u_k + τ))
                + (M_n − 1)·[max(c_F, max_k max(δ_k·a_k, P·u_k + τ))
-                            + max(c_B, max_k max(ρ·δ_k·a_k, P·u_k + τ))]
-    R_n      = U + [max_k out_k·B_opt·u'_k + τ] + max_{δ_k>0} (δ_k·B + in_k·B_opt)·u_k + τ
+                            + max(c_B, max_k max(δ_k·(ρ·a_k + x_k), P·u_k + τ))]
+    R_n      = U + [max_k out_k·B_opt·u'_k + τ] + max_{δ_k>0} (δ_k·B + g_k·B_0 + in_k·B_opt)·u_k + τ
     A_n      = U + max_{δ_k>0} δ_k·B·u_k + τ
-    E_k      = M_n·δ_k·e_k + p_k·u_k·(2·I·M_n·P + δ_k·B) + p'_k·out_k·B_opt·u'_k
+    E_k      = M_n·δ_k·(e_k + e'_k) + p_k·u_k·(2·I·M_n·P + δ_k·B) + p'_k·out_k·B_opt·u'_k
     T        = max_n (R_n + I·T^pipe_n) + max_n A_n
     J        = penalty(T, Σ_n M_n) + Σ_k Q_k·E_k,   penalty = V·(T + λ·σ²/B_step)     (``variance``)
                                                            or V·T·(1 + B_noise/B_step)  (``noise_scale``)
 
 with U the averaged model's transfer (edge server → CU at the CU's uplink rate, and the CU's upload for
-FedAvg), B_step the samples of a step over every cluster (b·Σ_n M_n, or N·B with a fixed batch).
+FedAvg: the trainable tensors of the embedding and the TEBs), B_step the samples of a step over every
+cluster (b·Σ_n M_n, or N·B with a fixed batch), B a TEB's trainable tensors (all its weights without
+adapters; with LoRA only the adapters cross FedAvg), B_0 its frozen weights (0 without adapters) and g_k
+the TEBs device k holds that it did not hold in the previous round (all of them in the first round). x_k
+and e'_k are a recomputing device's extra backward time and energy per TEB (0 elsewhere; problem module).
 
 - T^pipe is GPipe's makespan, Σ_i F_i + (M − 1)·max_i F_i + Σ_i B_i + (M − 1)·max_i B_i over the chain's
   compute and link stages: CU → link → device → link → … → device → link → edge server. Device k sends
@@ -27,7 +31,8 @@ FedAvg), B_step the samples of a step over every cluster (b·Σ_n M_n, or N·B w
 - R_n is the redistribution before the first iteration: the edge server sends the averaged model to the CU
   (U); the previous holders of the TEBs whose holder changes upload their optimizer state to the CU over
   their previous links u', p' (the bracket, only when some TEB moves); then the CU sends each scheduled
-  device its TEBs' weights and the moved state, the links in parallel (FDMA). in_k, out_k: the TEBs
+  device its TEBs' trainable tensors, the frozen weights of the TEBs it gains and the moved state, the
+  links in parallel (FDMA). in_k, out_k: the TEBs
   device k gains and loses against the previous round's placement (:func:`moved_blocks`; 0 without one).
 - A_n is the aggregation: each scheduled device sends its segment to the CU, which uploads the cluster's
   model. Energy is charged for the airtime of transmissions (not for τ).
@@ -40,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from collapipe_core.costmodel.problem import RoundProblem, penalty_terms
+from collapipe_core.costmodel.problem import RoundProblem, holdings, penalty_terms
 from collapipe_core.network import BoolArray, FloatArray, IntArray
 
 
@@ -49,7 +54,7 @@ class StageTimes:
     """Per micro-batch times of every stage of every cluster's chain (seconds), (..., N, K) and (..., N)."""
 
     device_forward_s: FloatArray  # δ_k·a_k
-    device_backward_s: FloatArray  # ρ·δ_k·a_k
+    device_backward_s: FloatArray  # δ_k·(ρ·a_k + x_k)
     device_send_s: FloatArray  # P·u_k + τ: one payload over the device's own link (0 when unscheduled)
     airtime_s: FloatArray  # P·u_k: the part of a send the radio transmits (0 when unscheduled)
     cu_forward_s: FloatArray
@@ -77,7 +82,7 @@ def stage_times(
     payload = np.asarray(mc.payload_bits)
     return StageTimes(
         device_forward_s=forward,
-        device_backward_s=np.asarray(mc.backward_ratio)[..., None] * forward,
+        device_backward_s=mc.backward_s(delta),
         device_send_s=np.where(on, airtime + pr.link_latency_s, 0.0),
         airtime_s=airtime,
         cu_forward_s=cu_f,
@@ -101,12 +106,12 @@ def gpipe_makespan(
     link = np.asarray(mc.payload_bits)[..., None] * u  # P·u_k
     if pr.link_latency_s:
         link = link + pr.link_latency_s
-    rho = np.asarray(mc.backward_ratio)[..., None]
+    backward = mc.backward_s(delta)
     stage_f = np.max(np.where(on, np.maximum(compute, link), 0.0), axis=-1)
-    stage_b = np.max(np.where(on, np.maximum(rho * compute, link), 0.0), axis=-1)
+    stage_b = np.max(np.where(on, np.maximum(backward, link), 0.0), axis=-1)
     pipeline: FloatArray = (
         mc.chain_sum_s
-        + np.sum(np.where(on, (1.0 + rho) * compute + 2.0 * link, 0.0), axis=-1)
+        + np.sum(np.where(on, compute + backward + 2.0 * link, 0.0), axis=-1)
         + (m - 1.0)
         * (np.maximum(mc.chain_max_forward_s, stage_f) + np.maximum(mc.chain_max_backward_s, stage_b))
     )
@@ -176,6 +181,15 @@ def moved_blocks(
     return into.astype(np.float64), out.astype(np.float64)
 
 
+def gained_blocks(pr: RoundProblem, delta: IntArray, replicated: bool = False) -> FloatArray:
+    """g_k (..., N, K): the TEBs device k holds under δ (..., N, K) that it did not hold in the previous
+    round (all it holds without one): those whose frozen weights it receives."""
+    now = holdings(delta, replicated, pr.num_blocks)  # (..., N, K, L)
+    new = now if pr.previous is None else now & ~pr.previous.held
+    gained: FloatArray = np.sum(new, axis=-1).astype(np.float64)
+    return gained
+
+
 @dataclass(frozen=True, eq=False)
 class Redistribution:
     """The redistribution phase of decisions (seconds, joules; counts of TEBs), (..., N, K) and (..., N)."""
@@ -185,9 +199,10 @@ class Redistribution:
     moved_out: FloatArray  # out_k: TEBs whose optimizer state device k sends
     upload_s: FloatArray  # out_k·B_opt·u'_k (+ τ where it sends)
     upload_energy_j: FloatArray  # p'_k·out_k·B_opt·u'_k
-    download_s: FloatArray  # (δ_k·B + in_k·B_opt)·u_k + τ
+    download_s: FloatArray  # (δ_k·B + g_k·B_0 + in_k·B_opt)·u_k + τ
     latency_s: FloatArray  # R_n
-    latency_without_moves_s: FloatArray  # R_n had no TEB changed device: U + max_k δ_k·B·u_k + τ
+    latency_without_moves_s: FloatArray  # R_n had no TEB changed device: U + max_k δ_k·B·u_k + τ (+ the
+    # frozen weights in the first round)
 
 
 def redistribution(
@@ -199,8 +214,9 @@ def redistribution(
     on = delta > 0
     u = np.where(on, time_per_bit, 0.0)
     tau = pr.link_latency_s
-    weights = delta * pr.block_bits * u
-    download = (delta * pr.block_bits + into * pr.optimizer_bits) * u
+    frozen = gained_blocks(pr, delta, replicated) * pr.frozen_bits if pr.frozen_bits else 0.0
+    weights = (delta * pr.block_bits + (frozen if pr.previous is None else 0.0)) * u
+    download = (delta * pr.block_bits + frozen + into * pr.optimizer_bits) * u
     if tau:
         weights, download = np.where(on, weights + tau, 0.0), np.where(on, download + tau, 0.0)
     if pr.previous is None:
@@ -240,13 +256,15 @@ def gather_s(pr: RoundProblem, delta: IntArray, time_per_bit: FloatArray) -> Flo
 def device_energy_j(
     pr: RoundProblem, delta: IntArray, micro: npt.ArrayLike, time_per_bit: FloatArray, power: FloatArray
 ) -> FloatArray:
-    """E_k (..., N, K) without the moved state's upload: M_n·δ_k·e_k + p_k·u_k·(2·I·M_n·P + δ_k·B)."""
+    """E_k (..., N, K) without the moved state's upload:
+    M_n·δ_k·(e_k + e'_k) + p_k·u_k·(2·I·M_n·P + δ_k·B)."""
     on = delta > 0
     m = np.asarray(micro, dtype=np.float64)
     mc = pr.micro_costs(micro)
     u = np.where(on, time_per_bit, 0.0)
     bits = 2.0 * pr.iterations * m[..., None] * np.asarray(mc.payload_bits)[..., None] + delta * pr.block_bits
-    energy: FloatArray = np.where(on, m[..., None] * delta * mc.compute_energy_j + power * u * bits, 0.0)
+    per_block = mc.energy_per_block_j()
+    energy: FloatArray = np.where(on, m[..., None] * delta * per_block + power * u * bits, 0.0)
     return energy
 
 

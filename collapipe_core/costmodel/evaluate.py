@@ -5,8 +5,11 @@ Every formula is :mod:`~collapipe_core.costmodel.closed_form`'s (the schedulers 
 functions); this module assembles them per device and per round. A pipeline decision's iteration is
 GPipe's closed form, or the discrete-event schedule of :mod:`~collapipe_core.costmodel.chain` for 1F1B;
 a replicated decision (the ``fl`` baseline) is :mod:`~collapipe_core.costmodel.replicated`'s. Per round
-and device: compute time I·M·(1 + ρ)·δ·a, transmit time I·M·2·(P·u + τ), the gather and the moved state's
-upload; idle time is the rest of the device's I iterations.
+and device: compute time I·M·((1 + ρ)·δ·a + δ·x) (x: a recomputing device's forward again), transmit time
+I·M·2·(P·u + τ), the gather and the moved state's upload; idle time is the rest of the device's I
+iterations. The devices that recompute are the decision's under ``training.activation_checkpointing``
+``auto``, every scheduled one under ``all``
+(:meth:`~collapipe_core.costmodel.problem.RoundProblem.recompute_of`).
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ if TYPE_CHECKING:  # the state is built on this package's profile
 
 def evaluate(state: RoundState, decision: Decision) -> Evaluation:
     """Model the round: latency, energy, memory per device, the objective and every violated constraint."""
-    pr = build_problem(state)
     delta = decision.num_blocks()
     check_shape(state, delta)
+    pr = build_problem(state)
+    pr = pr.with_recompute(pr.recompute_of(delta, decision.recompute()))
     if decision.mode == "replicated":
         return evaluate_replicated(state, pr, decision)
     beta, power, micro = decision.bandwidth_share(), decision.power_w(), decision.num_microbatches()
@@ -157,3 +161,29 @@ def _violations(
                 f"{name}: needs {memory[n, k] / 2**20:.1f} MiB, has {sc.memory_bytes[n, k] / 2**20:.1f} MiB"
             )
     return problems
+
+
+MEMORY_PARTS = ("weights", "gradients", "optimizer_state", "activations", "runtime")
+
+
+def memory_parts(state: RoundState, decision: Decision, ev: Evaluation) -> dict[str, FloatArray]:
+    """Each device's modeled memory (``ev.memory_bytes``, (N, K)) by part: its TEBs' ``weights`` as stored
+    (a frozen base at the training precision, trainable ones fp32), the trainable ones' ``gradients`` and
+    ``optimizer_state``, the ``runtime`` overhead, and ``activations``: the rest of the formula, what
+    the in-flight micro-batches keep for backward, the working set of one TEB's backward and the receive
+    buffers. The parts sum to the device's memory; 0 on devices that hold no TEB."""
+    prof = state.profile
+    delta = decision.num_blocks().astype(np.float64)
+    on = delta > 0
+    weights = np.where(on, delta * prof.block_weight_bytes, 0.0)
+    gradients = np.where(on, delta * prof.block_gradient_bytes, 0.0)
+    optimizer = np.where(on, delta * prof.block_optimizer_bytes, 0.0)
+    runtime = np.where(on, state.scenario.runtime_overhead_bytes, 0.0)
+    rest = np.where(on, ev.memory_bytes - weights - gradients - optimizer - runtime, 0.0)
+    return {
+        "weights": weights,
+        "gradients": gradients,
+        "optimizer_state": optimizer,
+        "activations": rest,
+        "runtime": runtime,
+    }

@@ -22,12 +22,22 @@ depend on M):
 - S0, c_F, c_B: the sum and the forward / backward maxima of the chain's fixed stages — CU compute,
   the CU's link to the first device (P/r_CU + τ), the edge server's link to the last device (P/r_edge + τ),
   the edge server's compute
-- the memory constants: b × activations of one TEB, a micro-batch's receive buffers 2·b·s·d·bytes.
+- the memory constants: what a micro-batch keeps through one TEB, a micro-batch's receive buffers 2·P/8.
 
 Memory of a scheduled device (:func:`device_memory_bytes`, ``in_flight_microbatches``):
-δ_k·(weights + grads + optimizer state) + (n_k·δ_k + 1)·b·a + 2·M·b·s·d·bytes + runtime overhead,
-n_k the micro-batches in flight (GPipe M, 1F1B min(C − i, M) for the device at chain position i of C
-compute stages).
+δ_k·(S + n_k·A_k) + W + 2·M·P/8 + runtime overhead, with S = a TEB's weights as stored + the trainable
+ones' gradients and optimizer state, A_k what one micro-batch keeps through one TEB until its backward
+(b·a + a_0 measured; with recomputation b·a' + a'_0, the TEB's inputs), W = b·a + a_0 the working set of
+the TEB whose backward runs (recomputed or not), n_k the micro-batches in flight (GPipe M, 1F1B
+min(C − i, M) for the device at chain position i of C compute stages).
+
+**Activation recomputation** (``training.activation_checkpointing``; :attr:`RoundProblem.recompute`, the
+devices that recompute, (..., N, K)): a recomputing device's TEB keeps A' instead of A and its backward
+runs the forward again, x_k = (b·(Φ'_B − Φ_B) + Φ_0)/F'_k more per TEB and micro-batch (Φ'_B the measured
+backward of a checkpointed TEB), with its energy. ``none``: no device; ``all``: every scheduled device;
+``auto``: the decision's flags, which DSSDA and ``optimal`` set by :meth:`RoundProblem.recompute_needed`
+(exactly the devices whose memory without it exceeds their capacity: recomputing only adds time and energy,
+so any other flags cost more or do not fit).
 """
 
 from __future__ import annotations
@@ -68,13 +78,16 @@ def device_memory_bytes(
     activation_bytes: npt.ArrayLike,
     buffer_bytes: npt.ArrayLike,
     overhead_bytes: float,
+    working_bytes: npt.ArrayLike | None = None,
 ) -> FloatArray:
     """Memory of a scheduled device holding ``delta`` TEBs (the module docstring's formula):
-    ``activation_bytes`` is one micro-batch's through one TEB (b·a), ``buffer_bytes`` one micro-batch's
-    receive buffers (2·b·s·d·bytes); the arguments broadcast."""
+    ``activation_bytes`` what one micro-batch keeps through one TEB (A_k), ``working_bytes`` the working set
+    of the TEB whose backward runs (W; ``activation_bytes`` when None), ``buffer_bytes`` one micro-batch's
+    receive buffers; the arguments broadcast."""
     d, n, m = (np.asarray(x, dtype=np.float64) for x in (delta, in_flight, micro))
     act, buf = np.asarray(activation_bytes), np.asarray(buffer_bytes)
-    result: FloatArray = d * (state_bytes + n * act) + act + m * buf + overhead_bytes
+    working = act if working_bytes is None else np.asarray(working_bytes)
+    result: FloatArray = d * (state_bytes + n * act) + working + m * buf + overhead_bytes
     return result
 
 
@@ -175,8 +188,22 @@ class MicroCosts:
     chain_sum_s: FloatArray | float  # S0
     chain_max_forward_s: FloatArray | float  # c_F
     chain_max_backward_s: FloatArray | float  # c_B
-    activation_bytes: FloatArray | float  # b × activations of one TEB
+    activation_bytes: FloatArray | float  # A_k: what a micro-batch keeps through one TEB (device-level)
+    working_bytes: FloatArray | float  # W = b·a + a_0: the working set of one TEB's backward
     buffer_bytes: FloatArray | float  # 2·b·s·d·bytes
+    recompute_s: FloatArray | float  # x_k on recomputing devices, else 0: a TEB's extra backward time
+    recompute_energy_j: FloatArray | float  # its energy per micro-batch and round (I passes)
+
+    def backward_s(self, delta: npt.ArrayLike) -> FloatArray:
+        """δ_k·(ρ·a_k + x_k) (..., N, K): the backward time of a device's TEBs for one micro-batch."""
+        d = np.asarray(delta, dtype=np.float64)
+        out: FloatArray = d * (np.asarray(self.backward_ratio)[..., None] * self.compute_s + self.recompute_s)
+        return out
+
+    def energy_per_block_j(self) -> FloatArray:
+        """e_k + e'_k (..., N, K): one TEB's compute energy for one micro-batch over the round."""
+        out: FloatArray = np.asarray(self.compute_energy_j + self.recompute_energy_j)
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,7 +224,7 @@ class RoundProblem:
     block_backward_flops: float  # Φ_B per sample
     block_overhead_flops: float  # Φ_0
     block_backward_overhead_flops: float  # Φ_0B
-    block_state_bytes: float
+    block_state_bytes: float  # S
     block_activation_bytes: float  # a per sample
     payload_bytes: float  # s·d·bytes per sample
     overhead_bytes: float
@@ -228,6 +255,13 @@ class RoundProblem:
     previous: Previous | None = None  # the previous round's placement (None: no moves)
     num_clusters: int = 1  # N of the round (a problem's rows may be fewer or repeated clusters)
     max_blocks_per_device: int | None = None  # a cap on δ_k besides memory (None: L)
+    frozen_bits: float = 0.0  # a TEB's frozen weights, sent to a device that gains it (adapters; else 0)
+    activation_fixed_bytes: float = 0.0  # a_0: kept per micro-batch whatever its size
+    recompute_backward_flops: float = 0.0  # Φ'_B per sample: the backward of a recomputed TEB
+    recompute_activation_bytes: float = 0.0  # a' per sample: what a recomputed TEB keeps
+    recompute_activation_fixed_bytes: float = 0.0  # a'_0
+    checkpointing: Literal["none", "all", "auto"] = "none"
+    recompute: BoolArray | None = None  # (..., N, K) the devices that recompute (None: none)
     fixed: MicroCosts | None = None  # the micro-batch constants of the fixed micro-batch reading
 
     @property
@@ -243,6 +277,36 @@ class RoundProblem:
         """The M that needs the least memory: 1 (b samples in flight per micro-batch), or with a fixed
         batch the most micro-batches (B/M samples each)."""
         return int(self.microbatch_choices[0 if self.batch_size is None else -1])
+
+    def with_recompute(self, recompute: npt.ArrayLike | None) -> RoundProblem:
+        """The problem with the devices ``recompute`` (any shape broadcasting against (..., N, K); None: no
+        device) recomputing their TEBs' activations in backward."""
+        flags = None if recompute is None else np.asarray(recompute, dtype=bool)
+        if flags is not None and not flags.any():
+            flags = None
+        out = dataclasses.replace(self, recompute=flags, fixed=None)
+        if self.microbatch_size is None:
+            return out
+        return dataclasses.replace(out, fixed=_micro_costs(out, self.microbatch_size))
+
+    def recompute_needed(self, delta: IntArray, micro: npt.ArrayLike) -> BoolArray:
+        """The devices of δ (..., N, K) at M (..., N) whose memory without recomputation exceeds their
+        capacity: where ``auto`` recomputes."""
+        plain = self.with_recompute(None)
+        need = plain.memory_bytes_of(delta, delta > 0, np.asarray(micro))
+        out: BoolArray = (delta > 0) & (need > self.memory_bytes)
+        return out
+
+    def recompute_of(self, delta: IntArray, chosen: npt.ArrayLike | None = None) -> BoolArray | None:
+        """The devices that recompute under ``training.activation_checkpointing`` for δ (..., N, K): none,
+        every scheduled device (``all``), or under ``auto`` the decision's ``chosen`` flags where
+        scheduled."""
+        if self.checkpointing == "all":
+            return np.asarray(delta > 0)
+        if self.checkpointing == "auto" and chosen is not None:
+            flags: BoolArray = np.asarray(chosen, dtype=bool) & (delta > 0)
+            return flags if flags.any() else None
+        return None
 
     def micro_costs(self, micro: npt.ArrayLike) -> MicroCosts:
         """The per-micro-batch constants at M (..., N) (module docstring)."""
@@ -314,20 +378,30 @@ class RoundProblem:
             f"within the limit; allowed {allowed}"
         )
 
-    def memory_bytes_of(self, delta: npt.ArrayLike, scheduled: BoolArray, micro: IntArray) -> FloatArray:
+    def memory_bytes_of(
+        self, delta: npt.ArrayLike, scheduled: BoolArray, micro: IntArray, recompute: BoolArray | None = None
+    ) -> FloatArray:
         """:func:`device_memory_bytes` of δ (..., K) on the devices ``scheduled`` (their chain sets the 1F1B
-        in-flight micro-batches, :func:`in_flight_microbatches`) with M (...)."""
+        in-flight micro-batches, :func:`in_flight_microbatches`) with M (...); ``recompute`` (broadcasting
+        against δ; default :attr:`recompute`) the devices that keep only their TEBs' inputs."""
         m = np.asarray(micro)
-        b = np.asarray(self.samples(m))
+        b = np.asarray(self.samples(m))[..., None]
         in_flight = in_flight_microbatches(scheduled.astype(np.int64), m, self.schedule)
+        flags = self.recompute if recompute is None else recompute
+        working = b * self.block_activation_bytes + self.activation_fixed_bytes
+        kept = working
+        if flags is not None:
+            again = b * self.recompute_activation_bytes + self.recompute_activation_fixed_bytes
+            kept = np.where(flags, again, working)
         return device_memory_bytes(
             delta,
             in_flight,
             m[..., None],
             self.block_state_bytes,
-            (b * self.block_activation_bytes)[..., None],
-            (2.0 * b * self.payload_bytes)[..., None],
+            kept,
+            2.0 * b * self.payload_bytes,
             self.overhead_bytes,
+            working,
         )
 
     def memory_caps(self, micro: npt.ArrayLike) -> IntArray:
@@ -356,7 +430,8 @@ class RoundProblem:
         (:attr:`microbatch_choices`, C of them)."""
         m = self.microbatch_choices  # (C,)
         blocks = np.broadcast_to(delta[..., None, :], (*delta.shape[:-1], m.size, delta.shape[-1]))
-        need = self.memory_bytes_of(blocks, blocks > 0, np.broadcast_to(m, blocks.shape[:-1]))
+        flags = None if self.recompute is None else np.asarray(self.recompute)[..., None, :]
+        need = self.memory_bytes_of(blocks, blocks > 0, np.broadcast_to(m, blocks.shape[:-1]), flags)
         fits: BoolArray = np.all((blocks == 0) | (need <= self.memory_bytes[..., None, :]), axis=-1)
         return fits
 
@@ -404,6 +479,18 @@ def _micro_costs(pr: RoundProblem, samples: FloatArray | float) -> MicroCosts:
     payload_bits = 8.0 * samples * pr.payload_bytes
     cu_link = payload_bits / pr.cu_link_rate_bps + pr.link_latency_s
     edge_link = payload_bits / pr.edge_downlink_rate_bps + pr.link_latency_s
+    working = b * pr.block_activation_bytes + pr.activation_fixed_bytes
+    kept: FloatArray | float = working
+    again_s: FloatArray | float = 0.0
+    again_j: FloatArray | float = 0.0
+    if pr.recompute is not None:  # the forward again: x_k = (b·(Φ'_B − Φ_B) + Φ_0)/F'_k
+        again = b * (pr.recompute_backward_flops - backward) + fixed
+        flags = pr.recompute
+        again_s = np.where(flags, again / pr.flops_per_s, 0.0)
+        again_j = np.where(flags, pr.cycle_energy_j * pr.iterations * again / pr.flops_per_cycle, 0.0)
+        kept = np.where(
+            flags, b * pr.recompute_activation_bytes + pr.recompute_activation_fixed_bytes, working
+        )
     return MicroCosts(
         samples=samples,
         compute_s=compute,
@@ -413,8 +500,11 @@ def _micro_costs(pr: RoundProblem, samples: FloatArray | float) -> MicroCosts:
         chain_sum_s=cu_f + cu_link + edge_f + edge_b + edge_link + cu_b,
         chain_max_forward_s=np.maximum(np.maximum(cu_f, cu_link), edge_f),
         chain_max_backward_s=np.maximum(np.maximum(cu_b, edge_link), edge_b),
-        activation_bytes=samples * pr.block_activation_bytes,
+        activation_bytes=kept,
+        working_bytes=working,
         buffer_bytes=2.0 * samples * pr.payload_bytes,
+        recompute_s=again_s,
+        recompute_energy_j=again_j,
     )
 
 
@@ -449,12 +539,8 @@ def build_problem(state: RoundState) -> RoundProblem:
         block_activation_bytes=prof.block_activation_bytes,
         payload_bytes=prof.payload_bytes,
         overhead_bytes=sc.runtime_overhead_bytes,
-        block_bits=prof.block_weight_bits,
-        upload_s=8.0
-        * prof.bytes_per_element
-        * (prof.embedding_params + prof.encoder_params)
-        / sc.cu_uplink_rate_bps
-        + sc.link_latency_s,
+        block_bits=prof.block_update_bits,
+        upload_s=prof.update_bits / sc.cu_uplink_rate_bps + sc.link_latency_s,
         chain_flops=(
             prof.embedding_forward_flops,
             prof.embedding_backward_flops,
@@ -481,7 +567,11 @@ def build_problem(state: RoundState) -> RoundProblem:
         optimizer_bits=prof.block_optimizer_state_bits,
         previous=Previous.of(state.previous, prof.num_blocks),
         num_clusters=sc.num_clusters,
+        frozen_bits=prof.block_frozen_bits,
+        activation_fixed_bytes=prof.block_activation_fixed_bytes,
+        recompute_backward_flops=prof.block_recompute_backward_flops,
+        recompute_activation_bytes=prof.block_recompute_activation_bytes,
+        recompute_activation_fixed_bytes=prof.block_recompute_activation_fixed_bytes,
+        checkpointing=st.checkpointing,
     )
-    if st.microbatch_size is None:
-        return pr
-    return dataclasses.replace(pr, fixed=_micro_costs(pr, st.microbatch_size))
+    return pr.with_recompute(pr.available if st.checkpointing == "all" else None)

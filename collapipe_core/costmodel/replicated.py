@@ -25,7 +25,9 @@ devices work in parallel (data parallelism). Per cluster n with m_n participants
   + T^agg.
 - energy: E_k = κ·f_k²·cycles_k + p_k·(I·2·x_k·P + L·B)/r_k + p_prev_k·out_k·B_opt/r_prev_k, cycles over
   I iterations of x_k samples (the shares form one micro-batch each).
-- memory: L·(weights + grads + optimizer state) + x_k·L·(activations per sample per TEB) + overhead.
+- memory: L·(weights + grads + optimizer state) + L·(x_k·a + a_0) (what the TEBs keep for backward) +
+  overhead; under ``training.activation_checkpointing: all`` a participant keeps L·(x_k·a' + a'_0) and one
+  TEB's working set, and its backward runs the forward again (x_k·L·(Φ'_B − Φ_B) + L·Φ_0 FLOPs).
 - convergence term and objective as for a pipeline (:mod:`~collapipe_core.costmodel.closed_form`).
 """
 
@@ -78,6 +80,14 @@ def evaluate_replicated(state: RoundState, pr: RoundProblem, decision: Decision)
     bwd = share * L * pr.block_backward_flops / pr.flops_per_s + np.where(
         part, L * fixed_b / pr.flops_per_s, 0.0
     )
+    again = np.zeros(delta.shape)  # a recomputing participant's forward again: x·L·(Φ'_B − Φ_B) + L·Φ_0
+    if pr.recompute is not None:
+        again = np.where(
+            part & pr.recompute,
+            share * L * (pr.recompute_backward_flops - pr.block_backward_flops) + L * fixed,
+            0.0,
+        )
+    bwd = bwd + again / pr.flops_per_s
     cu_f, cu_b, edge_f, edge_b = (batch * f for f in pr.chain_flops)
     cu_f, cu_b = cu_f / pr.cu_flops_per_s, cu_b / pr.cu_flops_per_s
     edge = (edge_f + edge_b) / pr.edge_flops_per_s
@@ -94,7 +104,7 @@ def evaluate_replicated(state: RoundState, pr: RoundProblem, decision: Decision)
     comm = np.where(part, transmit + gather, 0.0)
     idle = np.where(part, np.maximum(iters * iteration[:, None] - compute - transmit, 0.0), 0.0)
     cycles = iters * share * L * (pr.block_forward_flops + pr.block_backward_flops) / pr.flops_per_cycle
-    cycles = cycles + np.where(part, iters * L * (fixed + fixed_b) / pr.flops_per_cycle, 0.0)
+    cycles = cycles + np.where(part, iters * (L * (fixed + fixed_b) + again) / pr.flops_per_cycle, 0.0)
     airtime_total = iters * 2.0 * airtime + np.where(part, L * pr.block_bits * u, 0.0)
     energy = np.where(part, pr.cycle_energy_j * cycles + power * airtime_total, 0.0) + moves.upload_energy_j
     comm = comm + moves.upload_s
@@ -128,11 +138,15 @@ def evaluate_replicated(state: RoundState, pr: RoundProblem, decision: Decision)
 
 def replicated_memory_bytes(pr: RoundProblem, share: npt.ArrayLike) -> FloatArray:
     """Memory of a device training all L TEBs on ``share`` samples per step (the module docstring's
-    formula): L·(state + share·activation per sample) + overhead."""
-    memory: FloatArray = (
-        pr.num_blocks * (pr.block_state_bytes + np.asarray(share) * pr.block_activation_bytes)
-        + pr.overhead_bytes
-    )
+    formula): L·(state + share·a + a_0) + overhead; a recomputing participant keeps L·(share·a' + a'_0) and
+    the working set of one TEB, share·a + a_0."""
+    x = np.asarray(share, dtype=np.float64)
+    working = x * pr.block_activation_bytes + pr.activation_fixed_bytes
+    kept = pr.num_blocks * working
+    if pr.recompute is not None:
+        again = pr.num_blocks * (x * pr.recompute_activation_bytes + pr.recompute_activation_fixed_bytes)
+        kept = np.where(pr.recompute, again + working, kept)
+    memory: FloatArray = pr.num_blocks * pr.block_state_bytes + kept + pr.overhead_bytes
     return memory
 
 

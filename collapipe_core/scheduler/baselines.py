@@ -157,7 +157,8 @@ class FederatedLearning:
         for c in range(pr.shape[0]):
             order = [int(k) for k in np.argsort(-pr.memory_bytes[c], kind="stable") if pr.available[c, k]]
             for m in range(len(order), 0, -1):
-                if replicated_memory_bytes(pr, batch / m) <= pr.memory_bytes[c, order[m - 1]]:
+                need = np.broadcast_to(replicated_memory_bytes(pr, batch / m), pr.shape)[c, order[m - 1]]
+                if need <= pr.memory_bytes[c, order[m - 1]]:
                     part[c, order[:m]] = True
                     break
             if not part[c].any() and order:  # nobody fits: the largest memory (shown as a violation)

@@ -30,6 +30,14 @@ coupled again. ``Decision.solver_iterations`` counts the passes.
 A round where no placement fits in memory is refused with :class:`NoPlacementFits` (a ValueError) naming
 the devices and shortfall.
 
+With ``training.activation_checkpointing: auto`` DSSDA also chooses which devices recompute their TEBs'
+activations. It solves the round twice: without recomputation (when some placement fits without it) and
+with every device allowed to recompute (memory caps and costs as if all did); the second solution's flags
+are then narrowed to the devices whose memory without recomputation exceeds their capacity
+(``RoundProblem.recompute_needed``: recomputing only adds time and energy), it is descended again under
+those flags and they are narrowed once more to where its result needs them. The lower objective of the
+two is the decision, its flags in ``Decision.recompute``.
+
 ``myopic`` is DSSDA with every Q_k = 0 (it ignores the energy budgets).
 """
 
@@ -70,8 +78,42 @@ def solve(
     pr = dataclasses.replace(build_problem(state), max_blocks_per_device=max_blocks_per_device)
     if not use_queues:
         pr = dataclasses.replace(pr, queues=np.zeros(pr.shape))
-    check_memory(pr)
-    return _solve(pr)
+    if pr.checkpointing != "auto":
+        check_memory(pr)
+        return _solve(pr)
+    return _solve_recomputing(pr)
+
+
+def _solve_recomputing(pr: RoundProblem) -> tuple[Decision, float]:
+    """Under ``auto``: the better of the round solved without recomputation and with it where memory needs
+    it (module docstring)."""
+    anyone = pr.with_recompute(pr.available)
+    check_memory(anyone)
+    options = []
+    if _fits(pr):
+        options.append(_solve(pr))
+    first, _ = _solve(anyone)
+    delta, micro = first.num_blocks(), first.num_microbatches()
+    flags = pr.recompute_needed(delta, micro)
+    narrowed = pr.with_recompute(flags)
+    solution = (delta, micro, first.bandwidth_share(), first.power_w())
+    solution, _, passes = _descend(narrowed, LinkCache(narrowed), solution)
+    delta, micro, beta, power = solution
+    flags = pr.recompute_needed(delta, micro)  # within the flags it descended under, where still needed
+    solution = (delta, micro, beta, power)
+    decision = Decision.from_arrays(
+        delta, beta, power, micro, recompute=flags, solver_iterations=first.solver_iterations + passes
+    )
+    options.append((decision, objective(pr.with_recompute(flags), solution)))
+    return min(options, key=lambda option: option[1])
+
+
+def _fits(pr: RoundProblem) -> bool:
+    try:
+        check_memory(pr)
+    except NoPlacementFits:
+        return False
+    return True
 
 
 @quiet

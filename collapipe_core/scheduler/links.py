@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collapipe_core.costmodel.closed_form import moved_blocks
+from collapipe_core.costmodel.closed_form import gained_blocks, moved_blocks
 from collapipe_core.costmodel.problem import RoundProblem
 from collapipe_core.network import BoolArray, FloatArray
 from collapipe_core.scheduler.arrays import IntArray, indexed, quiet, take_last
@@ -84,7 +84,9 @@ def link_terms(
     mc = pr.micro_costs(micro)
     x = np.max(np.where(delta > 0, delta * mc.compute_s, 0.0), axis=-1)
     stage_f = np.maximum(mc.chain_max_forward_s, x)
-    stage_b = np.maximum(mc.chain_max_backward_s, mc.backward_ratio * x)
+    stage_b = np.maximum(
+        mc.chain_max_backward_s, np.max(np.where(delta > 0, mc.backward_s(delta), 0.0), axis=-1)
+    )
     if pr.link_latency_s:
         stage_f = np.maximum(stage_f - pr.link_latency_s, 0.0)
         stage_b = np.maximum(stage_b - pr.link_latency_s, 0.0)
@@ -130,13 +132,15 @@ def allocate(
     """β, p (R, K) of rows of single clusters (cluster (R,), δ (R, K), M, w, v (R,)), from equal shares at
     full power, by ``rounds`` rounds of the power and bandwidth steps (module docstring). The bandwidth
     steps see the redistribution's download at δ (the module docstring's Lat: its KKT structures have one
-    maximum of δ_k·u_k, the gather's); every iterate is scored with it at δ'_k = δ_k + in_k·B_opt/B (the
-    moved optimizer state it also sends), and the best is kept."""
+    maximum of δ_k·u_k, the gather's); every iterate is scored with it at
+    δ'_k = δ_k + (in_k·B_opt + g_k·B_0)/B (the moved optimizer state and the frozen weights of gained TEBs
+    it also sends), and the best is kept."""
     pr = pr.rows(cluster)
     m = np.asarray(micro, dtype=np.float64)
     terms = link_terms(pr, delta, m, pipeline_weight, gather_weight)
     into, _ = moved_blocks(pr, delta)
-    reach = delta + into * (pr.optimizer_bits / pr.block_bits)
+    gained = gained_blocks(pr, delta) if pr.frozen_bits else 0.0
+    reach = delta + (into * pr.optimizer_bits + gained * pr.frozen_bits) / pr.block_bits
     d = delta.astype(np.float64)
     on = d > 0
     bits = 2.0 * pr.iterations * m[:, None] * terms.p_bits[:, None] + d * pr.block_bits

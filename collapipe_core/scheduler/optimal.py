@@ -15,6 +15,13 @@ energy, and the transmit energy's floor Q_k·bits_k·N0·ln 2/h_k (its value as 
 previous placement (moves cost their transfers, problem.transfers) is solved the same way: the links'
 problem then includes the moved optimizer state.
 
+With ``training.activation_checkpointing: auto`` every device may also recompute: the candidates are the
+(δ, M) that fit with recomputation on the devices that need it, each with the one flag vector that is not
+dominated, the devices whose memory without recomputation exceeds their capacity
+(:meth:`~collapipe_core.costmodel.problem.RoundProblem.recompute_needed`): a flag only adds a device's
+forward again (time and energy) and lowers only its memory, so any other feasible flags cost at least as
+much for every (β, p) (tests/core/scheduler/test_recompute.py checks it by enumerating the flags).
+
 Small instances only: the number of candidates is the product over clusters of C(L + K − 1, K − 1)·M_max.
 """
 
@@ -53,17 +60,24 @@ def compositions(num_blocks: int, available: BoolArray) -> IntArray:
     return np.array(rows, dtype=np.int64) if rows else out
 
 
-def cluster_candidates(problem: RoundProblem, cluster: int) -> tuple[IntArray, IntArray]:
-    """(δ (C, K), M (C,)) of one cluster that respect availability and every device's memory."""
+def cluster_candidates(problem: RoundProblem, cluster: int) -> tuple[IntArray, IntArray, BoolArray]:
+    """(δ (C, K), M (C,), the devices that recompute (C, K)) of one cluster that respect availability and
+    every device's memory (under ``auto``, recomputing where it must: module docstring)."""
     pr = problem
     delta = compositions(pr.num_blocks, pr.available[cluster])
     if delta.shape[0] == 0:
-        return delta, np.zeros(0, dtype=np.int64)
+        return delta, np.zeros(0, dtype=np.int64), np.zeros(delta.shape, dtype=bool)
+    auto = pr.checkpointing == "auto"
+    row = pr.rows(np.array([cluster]))
+    search = row.with_recompute(row.available) if auto else row
     micro = pr.microbatch_choices
-    fits = pr.rows(np.array([cluster])).memory_fits(delta[:, None, :])[:, 0].reshape(-1)  # (C·choices,)
-    d = np.repeat(delta, micro.size, axis=0)
-    m = np.tile(micro, delta.shape[0])
-    return d[fits], m[fits]
+    fits = search.memory_fits(delta[:, None, :])[:, 0].reshape(-1)  # (C·choices,)
+    d = np.repeat(delta, micro.size, axis=0)[fits]
+    m = np.tile(micro, delta.shape[0])[fits]
+    if not auto:
+        flags = np.broadcast_to(row.recompute, d.shape) & (d > 0) if row.recompute is not None else d < 0
+        return d, m, flags
+    return d, m, row.recompute_needed(d[:, None, :], m[:, None])[:, 0, :]
 
 
 def solve(state: RoundState) -> tuple[Decision, float, int]:
@@ -76,25 +90,26 @@ def _solve(state: RoundState) -> tuple[Decision, float, int]:
     pr = build_problem(state)
     n_clusters, k = pr.shape
     per_cluster = [cluster_candidates(pr, n) for n in range(n_clusters)]
-    empty = [n for n, (d, _) in enumerate(per_cluster) if d.shape[0] == 0]
+    empty = [n for n, (d, _, _) in enumerate(per_cluster) if d.shape[0] == 0]
     if empty:
         raise ValueError(f"optimal: no segment placement fits in memory in cluster(s) {empty}")
-    total = math.prod(d.shape[0] for d, _ in per_cluster)
+    total = math.prod(d.shape[0] for d, _, _ in per_cluster)
     if total > MAX_CANDIDATES:
         raise ValueError(
             f"optimal: {total} candidates exceed {MAX_CANDIDATES}; use it on small instances "
             "(few devices, blocks and micro-batches)"
         )
-    bounds = [_cluster_bounds(pr, n, d, m) for n, (d, m) in enumerate(per_cluster)]
+    bounds = [_cluster_bounds(pr, n, d, m, r) for n, (d, m, r) in enumerate(per_cluster)]
     # with many joint candidates, each cluster solved alone gives a much tighter bound (worth its cost)
     alone = (
-        [_alone(pr, n, d, m) for n, (d, m) in enumerate(per_cluster)]
+        [_alone(pr, n, d, m, r) for n, (d, m, r) in enumerate(per_cluster)]
         if n_clusters > 1 and total > 2 * CHUNK and pr.convergence == "variance"  # its bound needs G apart
         else []
     )
-    index = np.array(list(itertools.product(*(range(d.shape[0]) for d, _ in per_cluster))), dtype=np.int64)
+    index = np.array(list(itertools.product(*(range(d.shape[0]) for d, _, _ in per_cluster))), dtype=np.int64)
     delta = np.stack([per_cluster[n][0][index[:, n]] for n in range(n_clusters)], axis=1)
     micro = np.stack([per_cluster[n][1][index[:, n]] for n in range(n_clusters)], axis=1)
+    flags = np.stack([per_cluster[n][2][index[:, n]] for n in range(n_clusters)], axis=1)
     pipe_lb = np.stack([bounds[n][0][index[:, n]] for n in range(n_clusters)], axis=1)
     gather_lb = np.stack([bounds[n][1][index[:, n]] for n in range(n_clusters)], axis=1)
     energy_lb = np.sum([bounds[n][2][index[:, n]] for n in range(n_clusters)], axis=0)
@@ -114,22 +129,32 @@ def _solve(state: RoundState) -> tuple[Decision, float, int]:
         chunk = chunk[lower[chunk] < best * (1 - 1e-12)]
         if chunk.size == 0:
             break
-        beta, power, objective = solve_links(pr, delta[chunk], micro[chunk])
+        beta, power, objective = solve_links(pr.with_recompute(flags[chunk]), delta[chunk], micro[chunk])
         solved += chunk.size
         i = int(np.argmin(objective))
         if objective[i] < best:
             best, best_at = float(objective[i]), int(chunk[i])
             best_beta, best_power = beta[i], power[i]
-    decision = Decision.from_arrays(delta[best_at], best_beta, best_power, micro[best_at])
+    decision = Decision.from_arrays(
+        delta[best_at],
+        best_beta,
+        best_power,
+        micro[best_at],
+        recompute=flags[best_at] if pr.checkpointing == "auto" else None,
+    )
     return decision, best, solved
 
 
-def _alone(pr: RoundProblem, n: int, delta: IntArray, micro: IntArray) -> FloatArray:
+def _alone(pr: RoundProblem, n: int, delta: IntArray, micro: IntArray, flags: BoolArray) -> FloatArray:
     """min over links of V·(R_n + I·T^pipe_n + gather_n) + Σ_k Q_k·E_k for each candidate of cluster n."""
     single = pr.rows(np.array([n]))
     objective = np.concatenate(
         [
-            solve_links(single, delta[i : i + CHUNK, None, :], micro[i : i + CHUNK, None])[2]
+            solve_links(
+                single.with_recompute(flags[i : i + CHUNK, None, :]),
+                delta[i : i + CHUNK, None, :],
+                micro[i : i + CHUNK, None],
+            )[2]
             for i in range(0, delta.shape[0], CHUNK)
         ]
     )
@@ -139,7 +164,7 @@ def _alone(pr: RoundProblem, n: int, delta: IntArray, micro: IntArray) -> FloatA
 
 
 def _cluster_bounds(
-    pr: RoundProblem, n: int, delta: IntArray, micro: IntArray
+    pr: RoundProblem, n: int, delta: IntArray, micro: IntArray, flags: BoolArray
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Lower bounds of R_n + I·T^pipe_n, of the gather time and of Σ_k Q_k·E_k for each candidate of
     cluster n (R_n ≥ U + the gather time: the moved state's transfers only add)."""
@@ -159,27 +184,23 @@ def _cluster_bounds(
     sum_u = _sum_inverse_bound(c, d, sched)
     max_u = 1.0 / _equalised_rate(c, d, np.ones_like(c), sched)
     max_gather = 1.0 / _equalised_rate(c, d, np.where(sched, delta, 1.0).astype(np.float64), sched)
-    rows = pr.rows(np.full(delta.shape[0], n))
+    rows = pr.rows(np.full(delta.shape[0], n)).with_recompute(flags)
     mc = rows.micro_costs(micro)
-    p_bits, tau, rho = (
-        np.asarray(mc.payload_bits),
-        pr.link_latency_s,
-        np.asarray(mc.backward_ratio)[..., None],
-    )
-    x = delta * mc.compute_s
+    p_bits, tau = np.asarray(mc.payload_bits), pr.link_latency_s
+    x, back = delta * mc.compute_s, mc.backward_s(delta)
     c_f = np.maximum(mc.chain_max_forward_s, np.max(np.where(sched, x, 0.0), axis=1))
-    c_b = np.maximum(mc.chain_max_backward_s, np.max(np.where(sched, rho * x, 0.0), axis=1))
+    c_b = np.maximum(mc.chain_max_backward_s, np.max(np.where(sched, back, 0.0), axis=1))
     link = p_bits * max_u + tau
     pipe = (
         mc.chain_sum_s
-        + np.sum(np.where(sched, (1 + rho) * x + 2 * tau, 0.0), axis=1)
+        + np.sum(np.where(sched, x + back + 2 * tau, 0.0), axis=1)
         + 2 * p_bits * sum_u
         + (m - 1) * (np.maximum(c_f, link) + np.maximum(c_b, link))
     )
     bits = 2.0 * pr.iterations * m[:, None] * p_bits[..., None] + delta * pr.block_bits
     energy = np.where(
         sched,
-        m[:, None] * delta * mc.compute_energy_j + bits * pr.noise_w_per_hz * np.log(2.0) / pr.gain[n],
+        m[:, None] * delta * mc.energy_per_block_j() + bits * pr.noise_w_per_hz * np.log(2.0) / pr.gain[n],
         0.0,
     )
     gather = pr.block_bits * max_gather + tau
@@ -223,8 +244,8 @@ class Optimal:
 
 def objective_of(state: RoundState, decision: Decision) -> float:
     """The closed-form objective of a decision (GPipe), for reports and tests."""
+    delta = decision.num_blocks()
     pr = build_problem(state)
+    pr = pr.with_recompute(pr.recompute_of(delta, decision.recompute()))
     u = pr.time_per_bit(decision.bandwidth_share(), decision.power_w())
-    return float(
-        costs(pr, decision.num_blocks(), decision.num_microbatches(), u, decision.power_w()).objective
-    )
+    return float(costs(pr, delta, decision.num_microbatches(), u, decision.power_w()).objective)

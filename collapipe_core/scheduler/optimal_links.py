@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collapipe_core.costmodel.closed_form import penalty, redistribution
+from collapipe_core.costmodel.closed_form import gained_blocks, penalty, redistribution
 from collapipe_core.costmodel.problem import RoundProblem
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.arrays import IntArray
@@ -116,17 +116,17 @@ def _system(pr: RoundProblem, delta: IntArray, micro: IntArray) -> _System:
     m = micro.astype(np.float64)
     mc = pr.micro_costs(micro)
     p_bits = np.broadcast_to(np.asarray(mc.payload_bits, dtype=np.float64), (c_count, n))
-    tau, rho = pr.link_latency_s, np.asarray(mc.backward_ratio)[..., None]
-    x = delta * mc.compute_s
+    tau = pr.link_latency_s
+    x, back = delta * mc.compute_s, mc.backward_s(delta)
     bits = 2.0 * pr.iterations * m[..., None] * p_bits[..., None] + delta * pr.block_bits
     compute_energy = np.sum(
-        pr.queues * np.where(sched, m[..., None] * delta * mc.compute_energy_j, 0.0), axis=(1, 2)
+        pr.queues * np.where(sched, m[..., None] * delta * mc.energy_per_block_j(), 0.0), axis=(1, 2)
     )
     total = m.sum(axis=1)
     # penalty(T, ΣM) is affine in T at a fixed M: weight · T + its value at T = 0
     at_zero = penalty(pr, np.zeros(c_count), total)
     weight = penalty(pr, np.ones(c_count), total) - at_zero
-    into, held = transfers_of(pr, delta)
+    into, gained, held = transfers_of(pr, delta)
     # τ: the link stages are P·u + τ, so z^F, z^B stand for the stage maxima less τ; every transfer's τ
     # (two per scheduled device and micro-batch, and the stage maxima's) is a constant of the candidate
     stage_tau = 2.0 * tau * pr.iterations * (np.sum(sched, axis=2) + m - 1.0)
@@ -146,13 +146,15 @@ def _system(pr: RoundProblem, delta: IntArray, micro: IntArray) -> _System:
         delta=delta.reshape(c_count, nk).astype(np.float64),
         payload=np.repeat(p_bits, k, axis=1),
         payload_n=p_bits,
-        download=(delta * pr.block_bits + into * pr.optimizer_bits).reshape(c_count, nk),
+        download=(delta * pr.block_bits + gained * pr.frozen_bits + into * pr.optimizer_bits).reshape(
+            c_count, nk
+        ),
         energy_weight=(pr.queues * bits * pr.noise_w_per_hz / pr.gain).reshape(c_count, nk),
         log_pi=np.log(pr.max_power_w * pr.gain / (pr.bandwidth_hz * pr.noise_w_per_hz)).reshape(nk),
         c_f=np.maximum(mc.chain_max_forward_s, np.max(np.where(sched, x, 0.0), axis=2)) - tau,
-        c_b=np.maximum(mc.chain_max_backward_s, np.max(np.where(sched, rho * x, 0.0), axis=2)) - tau,
+        c_b=np.maximum(mc.chain_max_backward_s, np.max(np.where(sched, back, 0.0), axis=2)) - tau,
         pipe_const=held[0]
-        + pr.iterations * (mc.chain_sum_s + np.sum(np.where(sched, (1 + rho) * x, 0.0), axis=2))
+        + pr.iterations * (mc.chain_sum_s + np.sum(np.where(sched, x + back, 0.0), axis=2))
         + stage_tau,
         pipe_slope=pr.iterations * (m - 1.0),
         latency_weight=weight,
@@ -346,9 +348,11 @@ def _derivatives(
     return grad, hess
 
 
-def transfers_of(pr: RoundProblem, delta: IntArray) -> tuple[FloatArray, tuple[FloatArray, FloatArray]]:
-    """For δ (C, N, K): in_k (C, N, K) and the redistribution's parts the links do not change: R^0_n (C, N)
-    (with the download's τ) and the queue-weighted upload energy of moved optimizer state (C,)."""
+def transfers_of(
+    pr: RoundProblem, delta: IntArray
+) -> tuple[FloatArray, FloatArray, tuple[FloatArray, FloatArray]]:
+    """For δ (C, N, K): in_k and g_k (C, N, K) and the redistribution's parts the links do not change: R^0_n
+    (C, N) (with the download's τ) and the queue-weighted upload energy of moved optimizer state (C,)."""
     moves = redistribution(pr, delta, np.zeros(delta.shape))
     energy = np.sum(pr.queues * moves.upload_energy_j, axis=(1, 2))
-    return moves.moved_in, (moves.latency_s, energy)
+    return moves.moved_in, gained_blocks(pr, delta), (moves.latency_s, energy)

@@ -20,7 +20,7 @@ def test_llama_7b_fits_the_devices_only_when_split() -> None:
     DSSDA round is feasible and uses its memory, while `fl` (the whole model per device) fits none."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     config = api.load_config(EXAMPLES / "llama-7b-analytic.yaml")
-    assert config.executor == "analytic" and config.model.bytes_per_element == 2
+    assert config.executor == "analytic" and config.training.precision == "bf16"
     rows = api.schedule_rounds(config, config.training.rounds)
     grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     assert grew < 2 * 2**30, (

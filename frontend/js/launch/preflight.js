@@ -1,7 +1,8 @@
 // Pre-flight: what the first round of the chosen policy costs, per device, before anything runs —
 // modeled memory against capacity, round latency split into compute and communication, energy
 // against budget. Asks POST /api/config/preflight (body: the config; answer: round 0 as the `round`
-// live event carries it, {round: RoundRecord, devices: [DeviceRecord]}).
+// live event carries it, {round: RoundRecord, devices: [DeviceRecord]}, with the model's trainable and
+// frozen parameters and each scheduled device's memory by part: {model: {...}, memory_parts: {id: {...}}}).
 
 import { post } from '../api.js';
 import { h, clear } from '../dom.js';
@@ -33,7 +34,8 @@ export function createPreflight(panel) {
   }
 
   function renderResult(result) {
-    const { round, devices } = result;
+    const { round, devices, model } = result;
+    const parts = result.memory_parts || {};
     const ids = devices.map((d) => d.device_id);
     const peak = devices.reduce((m, d) => Math.max(m, d.memory_bytes / d.memory_capacity_bytes), 0);
     const overBudget = devices.filter((d) => d.energy_j > d.energy_budget_j).length;
@@ -42,10 +44,26 @@ export function createPreflight(panel) {
       tile('Peak memory use', `${formatNumber(100 * peak, 3)} %`, 'of a device\'s capacity'),
       tile('Energy over budget', `${overBudget} / ${devices.length}`, 'devices in round 0'),
       tile('Feasible', round.feasible ? 'yes' : 'no', (round.violations || []).join('; ') || 'no violations')));
-    bar('Memory per device', 'modeled peak memory against the device\'s capacity', [
-      { type: 'bar', name: 'modeled', x: ids, y: devices.map((d) => d.memory_bytes), marker: { color: '#1f77b4' } },
-      { type: 'bar', name: 'capacity', x: ids, y: devices.map((d) => d.memory_capacity_bytes), marker: { color: '#d5dde6' } },
-    ], 'B');
+    if (model) {
+      panel.append(h('div.tiles', { 'data-role': 'parameters' },
+        tile('Trainable parameters', formatNumber(model.trainable_params, 4), `of ${formatNumber(model.params, 4)} (${model.precision})`),
+        tile('Frozen parameters', formatNumber(model.frozen_params, 4), model.frozen_params ? 'stored at the training precision' : 'every weight trains'),
+        tile('Recomputing devices', String(model.recomputing_devices), 'activations recomputed in backward')));
+    }
+    // the modeled memory by part on the devices that hold blocks, the capacity beside it
+    const held = ids.filter((id) => parts[id]);
+    const partNames = [
+      ['weights', 'weights', '#1f77b4'], ['gradients', 'gradients', '#aec7e8'],
+      ['optimizer_state', 'optimizer state', '#ff7f0e'], ['activations', 'activations and buffers', '#2ca02c'],
+      ['runtime', 'runtime', '#c7c7c7'],
+    ];
+    const capacity = Object.fromEntries(devices.map((d) => [d.device_id, d.memory_capacity_bytes]));
+    bar('Memory per device', 'modeled peak memory by part on the devices that hold blocks, against the device\'s capacity', [
+      ...partNames.map(([key, name, color]) => ({
+        type: 'bar', name, x: held, y: held.map((id) => parts[id][key]), marker: { color }, offsetgroup: 'model',
+      })),
+      { type: 'bar', name: 'capacity', x: held, y: held.map((id) => capacity[id]), marker: { color: '#d5dde6' }, offsetgroup: 'capacity' },
+    ], 'B', { barmode: 'stack' });
     bar('Latency per device', 'modeled compute and communication time in round 0', [
       { type: 'bar', name: 'compute', x: ids, y: devices.map((d) => d.compute_s), marker: { color: '#2ca02c' } },
       { type: 'bar', name: 'communication', x: ids, y: devices.map((d) => d.comm_s), marker: { color: '#ff7f0e' } },

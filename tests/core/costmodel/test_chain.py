@@ -25,13 +25,8 @@ def test_the_redistribution_phase_comes_before_the_first_iteration() -> None:
     decision = Decision.from_arrays([[1, 2, 1], [2, 1, 1]], np.full((2, 3), 1 / 3), np.full((2, 3), 0.2), 2)
     ev = evaluate(state, decision)
     prof = state.profile
-    model_s = (
-        8.0
-        * prof.bytes_per_element
-        * (prof.embedding_params + 4 * prof.block_params)
-        / env.scenario.cu_uplink_rate_bps
-    )
-    state_bits = 2 * 8.0 * prof.block_params * prof.bytes_per_element  # AdamW: two moments per weight
+    model_s = 8.0 * 4 * (prof.embedding_params + 4 * prof.block_params) / env.scenario.cu_uplink_rate_bps
+    state_bits = 2 * 8.0 * prof.block_params * 4  # AdamW: two fp32 moments per weight
     upload_s = 2 * state_bits / 2.0e6  # c0-d0 hands TEBs 1 and 2 over to c0-d1
 
     timeline = cluster_round_timeline(state, decision, 0)

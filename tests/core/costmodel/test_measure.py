@@ -177,8 +177,8 @@ def test_a_llama_7b_shaped_profile_is_measured_without_allocating_its_weights() 
         "num_blocks": layers,
         "seq_len": s,
     }
-    config = tiny_config(training={"optimizer": "adamw"}).model_copy(
-        update={"model": _hf("llama", **model, vocab_size=v, bytes_per_element=2)}
+    config = tiny_config(training={"optimizer": "adamw", "precision": "bf16"}).model_copy(
+        update={"model": _hf("llama", **model, vocab_size=v)}
     )
     base_kib = _status_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS

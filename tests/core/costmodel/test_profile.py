@@ -64,6 +64,12 @@ def test_the_measured_profile_agrees_with_the_closed_form(kind: str, model: dict
         assert getattr(measured, field) == pytest.approx(getattr(closed, field), rel=0.01), field
     # what autograd keeps in a TEB: s·(8d + 2f + h + 5) elements (profile docstring, term by term)
     assert measured.block_activation_bytes == closed.block_activation_bytes
+    assert measured.block_activation_fixed_bytes == 0
+    # recomputed: its inputs kept, the forward again but the last product in backward
+    assert measured.block_recompute_activation_bytes == closed.block_recompute_activation_bytes
+    assert measured.block_recompute_backward_flops == pytest.approx(
+        closed.block_recompute_backward_flops, rel=0.01
+    )
     assert measured.payload_bytes == closed.payload_bytes
     # the closed form's 2·s·d for the embedding's position add is modeled, not measured: no matmul
     assert measured.embedding_forward_flops == measured.embedding_backward_flops == 0
@@ -84,26 +90,46 @@ def test_optimizer_state_changes_the_per_block_state_bytes() -> None:
     assert adam.block_state_bytes == 2 * sgd.block_state_bytes  # (w + g + m + v) vs (w + g)
 
 
-def test_bf16_devices_halve_the_bytes_and_keep_the_flops() -> None:
+def test_bf16_halves_the_payload_and_keeps_trainable_state_in_fp32() -> None:
     fp32 = build_profile(tiny_config(), 30, 2)
-    bf16 = build_profile(tiny_config(model={"bytes_per_element": 2}), 30, 2)
-    assert bf16.block_activation_bytes == fp32.block_activation_bytes / 2
-    assert bf16.payload_bytes == fp32.payload_bytes / 2
-    assert bf16.block_state_bytes == fp32.block_state_bytes / 2
+    bf16 = build_profile(tiny_config(training={"precision": "bf16"}), 30, 2)
+    assert bf16.payload_bytes == fp32.payload_bytes / 2  # the stages' boundary dtype
+    # every weight trains: fp32 master weights, gradients and optimizer state whatever the precision
+    assert bf16.block_state_bytes == fp32.block_state_bytes
+    # autocast keeps the matrix products' inputs in bf16; norms' statistics and masks stay as they were
+    assert fp32.block_activation_bytes / 2 < bf16.block_activation_bytes < fp32.block_activation_bytes
     assert bf16.block_forward_flops == fp32.block_forward_flops
+
+
+def test_lora_trains_only_the_adapters_and_stores_the_frozen_base_at_the_precision() -> None:
+    d, r = 32, 4
+    lora = {"peft": {"r": r, "target_modules": ["qkv", "out"]}, "precision": "bf16", "optimizer": "adamw"}
+    full = build_profile(tiny_config(model={"d_model": d, "num_heads": 4}), 30, 2)
+    adapted = build_profile(tiny_config(model={"d_model": d, "num_heads": 4}, training=lora), 30, 2)
+    adapters = r * (d + 3 * d) + r * (d + d)  # qkv: A r×d, B 3d×r; out: A r×d, B d×r
+    assert adapted.block_trainable_params == adapters
+    assert adapted.block_params == full.block_params + adapters
+    frozen = full.block_params
+    assert adapted.block_weight_bytes == 2 * frozen + 4 * adapters  # the base in bf16, adapters fp32
+    # weights as stored + the adapters' fp32 gradients and AdamW's two moments
+    assert adapted.block_state_bytes == 2 * frozen + 4 * adapters * (1 + 1 + 2)
+    assert adapted.block_update_bits == 8 * 4 * adapters  # only what trains crosses FedAvg
+    assert adapted.block_frozen_bits == 8 * 2 * frozen  # sent to a device that gains the block
+    # frozen weights get no weight gradient: backward is measured smaller than full training's
+    assert adapted.block_backward_flops < full.block_backward_flops
 
 
 def test_a_second_call_is_served_from_the_cache() -> None:
     shape = {"d_model": 24, "num_heads": 3, "ffn_dim": 40}
     config = tiny_config(model=shape)
     deeper = tiny_config(model={**shape, "num_blocks": 9})
-    bf16_adam = tiny_config(model={**shape, "bytes_per_element": 2}, training={"optimizer": "adamw"})
+    sgd = tiny_config(model=shape, training={"optimizer": "sgd"})
     first = build_profile(config, 31, 5)  # vocabulary sizes no other test uses: measured here
     before = profile_cache_info()
     assert build_profile(config, 31, 5) == first
-    # L, the element size and the optimizer scale the measurement: the cache serves them too
+    # L and the optimizer scale the measurement: the cache serves them too
     assert build_profile(deeper, 31, 5).block_forward_flops == first.block_forward_flops
-    assert build_profile(bf16_adam, 31, 5).block_activation_bytes == first.block_activation_bytes / 2
+    assert build_profile(sgd, 31, 5).block_state_bytes == first.block_state_bytes / 2
     after = profile_cache_info()
     assert (after.hits - before.hits, after.misses - before.misses) == (3, 0)
     build_profile(config, 31, 6)  # another class count changes the head: measured again

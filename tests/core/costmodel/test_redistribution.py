@@ -43,13 +43,13 @@ def _before(blocks: np.ndarray = BEFORE) -> Placement:
 
 
 def _block_bits(state: RoundState) -> float:
-    return 8.0 * state.profile.block_params * state.profile.bytes_per_element
+    return 8.0 * state.profile.block_params * 4  # fp32, every weight trained
 
 
 def _model_s(state: RoundState) -> float:
     prof = state.profile
     params = prof.embedding_params + prof.num_blocks * prof.block_params
-    return 8.0 * prof.bytes_per_element * params / state.scenario.cu_uplink_rate_bps
+    return 8.0 * 4 * params / state.scenario.cu_uplink_rate_bps
 
 
 def test_without_moves_redistribution_is_the_model_then_each_segment_s_weights() -> None:

@@ -54,10 +54,8 @@ def test_replicated_round_follows_the_documented_formulas() -> None:
         + batch * prof.embedding_backward_flops / sc.cu_flops_per_s
     )
     assert np.allclose(ev.pipeline_s, iteration)
-    gather = np.where(on, L * 8 * prof.block_params * prof.bytes_per_element / np.where(on, rate, 1.0), 0.0)
-    upload = (
-        8 * prof.bytes_per_element * (prof.embedding_params + prof.encoder_params) / sc.cu_uplink_rate_bps
-    )
+    gather = np.where(on, L * 8 * prof.block_params * 4 / np.where(on, rate, 1.0), 0.0)  # fp32
+    upload = 8 * 4 * (prof.embedding_params + prof.encoder_params) / sc.cu_uplink_rate_bps
     assert ev.aggregation_s == pytest.approx(gather.max() + upload)
     # redistribution (no previous round): the averaged model to the CU, then the encoder to each participant
     redistribution = upload + gather.max(axis=1)

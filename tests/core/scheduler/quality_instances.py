@@ -435,3 +435,72 @@ def _paper_environment(rng: np.random.Generator, clusters: int, devices: int, bl
             "max_microbatches": int(rng.choice([4, 8, 16])),
         },
     )
+
+
+def small_recompute_instance(seed: int) -> RoundState:
+    """One round of :func:`small_fixed_batch_instance`'s kind under ``training.activation_checkpointing:
+    auto`` (each device may recompute its TEBs' activations), with long sequences over narrow blocks so that
+    what a micro-batch keeps for backward is a large part of a device's memory, and memories drawn around
+    it: some placements fit only where devices recompute. Redrawn until ``optimal`` has at most
+    :data:`SMALL_CANDIDATES` candidates."""
+    rng = np.random.default_rng([seed, 0x5EC0])
+    while True:
+        clusters = 1 if rng.random() < 0.6 else 2
+        devices = int(rng.integers(2, 7 if clusters == 1 else 5))
+        blocks = int(rng.integers(2, 11))
+        batch = int(rng.choice([4, 8, 12, 16, 24, 32]))
+        max_micro = int(rng.integers(1, min(batch, 8) + 1))
+        divisors = sum(1 for m in range(1, max_micro + 1) if batch % m == 0)
+        available = _availability(rng, (clusters, devices), 0.85)
+        if candidate_bound(available, blocks, divisors) <= SMALL_CANDIDATES:
+            break
+    d_model = int(rng.choice([16, 32]))
+    seq_len = int(rng.choice([64, 128]))
+    state_bytes = 4.0 * 12 * d_model**2 * 4  # AdamW: weights, gradients and two moments
+    kept = 4.0 * batch * seq_len * 15 * d_model  # about what one TEB keeps for a whole batch
+    overhead = 2.0**20
+    overhead_flops = float(rng.choice([0.0, 2e6, 2e7]))
+    env = environment(
+        seed=int(rng.integers(0, 2**31)),
+        network={
+            "num_clusters": clusters,
+            "devices_per_cluster": devices,
+            "cpu_hz": {"low": 0.3e9, "high": 3.0e9},
+            "memory_bytes": {
+                "low": overhead + float(rng.choice([0.5, 1.0, 2.0])) * (state_bytes + kept),
+                "high": overhead + float(rng.choice([2.0, 4.0, 8.0, 16.0])) * (state_bytes + kept),
+            },
+            "runtime_overhead_bytes": int(overhead),
+            "distance_m": {"low": 5.0, "high": float(rng.choice([40, 200]))},
+            "max_power_w": float(rng.uniform(0.05, 0.5)),
+            "cu_flops_per_s": float(10 ** rng.uniform(9.5, 11)),
+            "edge_flops_per_s": float(10 ** rng.uniform(10, 12)),
+            "link_latency_s": float(rng.choice([0.0, 1e-3, 5e-3])),
+            "block_overhead_flops": overhead_flops,
+            "block_backward_overhead_flops": overhead_flops * float(rng.choice([1.0, 2.0])),
+        },
+        channel={"bandwidth_hz": float(10 ** rng.uniform(5.5, 7.3))},
+        model={
+            "kind": "classifier",
+            "d_model": d_model,
+            "num_heads": 4,
+            "ffn_dim": 4 * d_model,
+            "num_blocks": blocks,
+            "seq_len": seq_len,
+        },
+        training={
+            "batch_size": batch,
+            "local_iterations": int(rng.integers(1, 4)),
+            "schedule": "gpipe",
+            "activation_checkpointing": "auto",
+        },
+        data={"samples_per_cluster": 4096},
+        scheduler={
+            "V": float(10 ** rng.uniform(-1, 1)),
+            "lambda": float(rng.uniform(0, 2)),
+            "gradient_variance": float(rng.uniform(0, 2)),
+            "num_microbatches": 1,
+            "max_microbatches": max_micro,
+        },
+    )
+    return _round(rng, env, available, queue_exponents=(-2.0, 2.5))

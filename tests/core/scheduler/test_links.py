@@ -79,7 +79,7 @@ def test_links_are_within_a_fraction_of_a_percent_of_the_exact_allocation() -> N
         pr = build_problem(state)
         if pr.shape[0] != 1:
             continue
-        delta, micro = cluster_candidates(pr, 0)
+        delta, micro, _ = cluster_candidates(pr, 0)
         if delta.shape[0] == 0:
             continue
         pick = np.random.default_rng(seed).choice(delta.shape[0], min(6, delta.shape[0]), replace=False)
@@ -97,7 +97,7 @@ def test_links_are_within_a_fraction_of_a_percent_of_the_exact_allocation() -> N
 
 def test_a_costly_queue_lowers_the_link_power() -> None:
     pr = build_problem(random_instance(4))
-    delta, micro = cluster_candidates(pr, 0)
+    delta, micro, _ = cluster_candidates(pr, 0)
     d, m = delta[:1], micro[:1]
     calm = _allocate(dataclasses.replace(pr, queues=np.zeros(pr.shape)), d, m)[1]
     busy = _allocate(dataclasses.replace(pr, queues=np.full(pr.shape, 1e6)), d, m)[1]

@@ -19,7 +19,7 @@ def test_barrier_link_solution_is_what_evaluate_scores_and_no_perturbation_beats
     rng = np.random.default_rng(3)
     state = random_instance(0)
     pr = build_problem(state)
-    delta, micro = optimal.cluster_candidates(pr, 0)
+    delta, micro, _ = optimal.cluster_candidates(pr, 0)
     pick = rng.choice(delta.shape[0], min(12, delta.shape[0]), replace=False)
     beta, power, value = solve_links(pr, delta[pick][:, None], micro[pick][:, None])
     for i, c in enumerate(pick):
@@ -44,7 +44,7 @@ def test_branch_and_bound_returns_the_best_of_all_candidates() -> None:
         pr = build_problem(state)
         decision, value, _ = optimal.solve(state)
         per = [optimal.cluster_candidates(pr, n) for n in range(pr.shape[0])]
-        index = np.array(list(itertools.product(*(range(d.shape[0]) for d, _ in per))))
+        index = np.array(list(itertools.product(*(range(d.shape[0]) for d, _, _ in per))))
         delta = np.stack([per[n][0][index[:, n]] for n in range(pr.shape[0])], axis=1)
         micro = np.stack([per[n][1][index[:, n]] for n in range(pr.shape[0])], axis=1)
         every = np.concatenate(
