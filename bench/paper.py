@@ -52,10 +52,11 @@ initial weights; default the scenarios' own):
 
 Writes ``paper.csv`` (one row per reading, scenario, seed and policy), ``paper-seeds.csv`` (per reading,
 scenario and policy over the seeds), ``paper.json``, ``paper-decisions.json`` (every round's decision of
-every run: M per cluster, blocks per device, queues, energy against budget, blocks moved, and for DSSDA
-the round's explanation with its counterfactuals; and the eval losses) and a self-contained
-``paper.html`` (plotly.js inlined) to ``--out``, prints the headline table and the JSON summary (one line
-on stdout with ``--json``, the table then going to stderr). Training runs single-threaded in
+every run: M per cluster, blocks, modeled memory and compute time per device holding blocks, queues,
+energy against budget, blocks moved, and for DSSDA the round's explanation with its counterfactuals; and
+the eval losses) and a self-contained ``paper.html`` (plotly.js inlined) to ``--out``, prints the
+headline table and the JSON summary (one line on stdout with ``--json``, the table then going to
+stderr). Training runs single-threaded in
 ``--workers`` processes (torch's own threads are slower than one thread per process on a shared 2-core
 machine).
 Run: ``collapipe bench paper [--json] [--out DIR] [--readings batch,microbatch] [--rounds R]
@@ -254,6 +255,8 @@ def decision_log(results: list[RoundResult], explained: bool = False) -> list[di
             "objective_convergence": r.round.objective_convergence,
             "objective_energy": r.round.objective_energy,
             "blocks": {d.device_id: d.num_blocks for d in r.devices if d.num_blocks > 0},
+            "memory_bytes": {d.device_id: d.memory_bytes for d in r.devices if d.num_blocks > 0},
+            "compute_s": {d.device_id: d.compute_s for d in r.devices if d.num_blocks > 0},
             "queues": {d.device_id: d.queue for d in r.devices if d.queue > 0},
             "energy_over_budget": {d.device_id: d.energy_j / d.energy_budget_j for d in r.devices},
             **({"explanation": r.round.explanation} if explained else {}),

@@ -319,3 +319,15 @@ def test_an_unknown_reading_is_refused_with_the_choices(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         paper.main(["--readings", "batch,minibatch"])
     assert "--readings 'batch,minibatch': give batch, microbatch or both" in capsys.readouterr().err
+
+
+def test_the_decision_log_gives_each_holders_memory_and_compute_and_dssdas_explanation() -> None:
+    path = paper.SCENARIOS["bert"]
+    results = paper.run_policy(paper.scenario_config(path), "dssda", 1, "analytic")
+    (entry,) = paper.decision_log(results, explained=True)
+    holders = [d for d in results[0].devices if d.num_blocks > 0]
+    assert entry["blocks"] == {d.device_id: d.num_blocks for d in holders}
+    assert entry["memory_bytes"] == {d.device_id: d.memory_bytes for d in holders}
+    assert entry["compute_s"] == {d.device_id: d.compute_s for d in holders}
+    assert entry["explanation"]["sentence"] == results[0].round.explanation["sentence"] != ""
+    assert "explanation" not in paper.decision_log(results)[0]
