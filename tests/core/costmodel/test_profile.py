@@ -153,3 +153,31 @@ def test_a_transformers_model_is_measured_from_its_skeleton() -> None:
 def test_the_closed_form_covers_the_builtin_models_only() -> None:
     with pytest.raises(ValueError, match="builtin only"):
         closed_form_profile(_transformers("gpt2"), 100, 100)
+
+
+@pytest.mark.parametrize("architecture", ["builtin", "gpt2", "llama"])
+def test_the_modeled_upload_is_what_fedavg_exchanges(architecture: str) -> None:
+    """B (a TEB's bits across FedAvg) and the CU's upload U are the trainable tensors FedAvg averages in a
+    real model with LoRA and bf16 (federated.exchange counts them on the built model)."""
+    from collapipe_core.federated.exchange import upload_bytes
+
+    lora = {"peft": {"r": 4}, "precision": "bf16"}
+    if architecture == "builtin":
+        config = tiny_config(model={"d_model": 32, "num_heads": 4}, training=lora)
+    else:
+        base = _transformers(architecture, ffn_dim=48, num_blocks=3, seq_len=10, vocab_size=50).model_dump()
+        config = ExperimentConfig.model_validate({**base, "training": {**base["training"], **lora}})
+    profile = build_profile(config, 40, 2 if config.model.kind == "classifier" else 40)
+    model = build_model(
+        config.model,
+        40,
+        2 if config.model.kind == "classifier" else 40,
+        seed=0,
+        peft=config.training.peft,
+        precision="bf16",
+    )
+    exchanged = upload_bytes(model)
+    assert exchanged.blocks == (profile.block_update_bits / 8,) * config.model.num_blocks
+    assert profile.update_bits / 8 == exchanged.embedding + sum(exchanged.blocks)  # U: embedding and TEBs
+    frozen = sum(p.numel() * p.element_size() for p in model.blocks[0].parameters() if not p.requires_grad)
+    assert profile.block_frozen_bits / 8 == frozen  # the base in bf16, sent to a device that gains the TEB
