@@ -70,6 +70,13 @@ class Settings(BaseSettings):
         description="largest file a config may name (datasets, tokenizer files; a trace at most 8 MiB), "
         "checked before it is read",
     )
+    max_export_bytes: int = Field(
+        default=2 * 2**30,
+        ge=1024,
+        description="largest model archive GET /api/runs/{id}/model serves (413 beyond, checked on the "
+        "weights before the export is built and on the archive after); the API process holds the model "
+        "in memory while it builds the archive",
+    )
     worker_memory_bytes: int | None = Field(
         default=None,
         ge=2**20,

@@ -85,9 +85,11 @@ def write_checkpoint(path: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
-    """The checkpoint in file ``path``; ValueError for a format this code does not read."""
-    payload: dict[str, Any] = torch.load(path, weights_only=False)
+def read_checkpoint(path: Path, *, mmap: bool = False) -> dict[str, Any]:
+    """The checkpoint in file ``path``; ValueError for a format this code does not read. ``mmap``: the
+    tensors are mapped from the file, read only where they are used (a reader that needs the weights
+    but not the optimizer states)."""
+    payload: dict[str, Any] = torch.load(path, weights_only=False, mmap=mmap)
     if payload.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path}: checkpoint format {payload.get('format_version')} is not {FORMAT_VERSION}")
     return payload

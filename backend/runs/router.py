@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.responses import StreamingResponse
 
 from backend.deps import (
     AdminUser,
@@ -12,13 +13,14 @@ from backend.deps import (
     OperatorUser,
     SessionDep,
     SettingsDep,
+    StreamViewer,
     ViewerUser,
     WakeDep,
     WorkspaceDep,
 )
 from backend.errors import ERROR_RESPONSES, ErrorResponse
 from backend.params import IdPath, Limit, Offset, Search
-from backend.runs import read_model, service
+from backend.runs import model_archive, read_model, service
 from backend.runs.schemas import (
     RunCreate,
     RunDetail,
@@ -116,6 +118,45 @@ def fork_run(
         session, user, run_id, body, wake, dispatcher, workspace, settings.max_active_runs_per_user
     )
     return RunDetail.model_validate(fork)
+
+
+MODEL_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {model_archive.MEDIA_TYPE: {}}, "description": "a tar archive of one folder"},
+    409: {"model": ErrorResponse, "description": "the run is not finished, or has no checkpoint"},
+    413: {"model": ErrorResponse, "description": "past COLLAPIPE_MAX_EXPORT_BYTES"},
+    429: {"model": ErrorResponse, "description": "another model is being exported; see Retry-After"},
+}
+
+
+@router.get("/{run_id}/model", response_class=StreamingResponse, responses=MODEL_RESPONSES)
+async def download_model(
+    run_id: IdPath,
+    request: Request,
+    _access: StreamViewer,
+    settings: SettingsDep,
+    workspace: WorkspaceDep,
+    merged: Annotated[
+        bool, Query(description="a LoRA run's adapter merged into its base (a whole model)")
+    ] = False,
+) -> StreamingResponse:
+    """The trained model of a succeeded or cancelled run as a tar archive of one folder,
+    ``run-<id>-model/``: the transformers ``save_pretrained`` directory (a builtin model: safetensors and
+    collapipe.json), a LoRA run's peft adapter directory, the run's tokenizer (docs/models.md, "Getting
+    the model out"). Built from the run's latest checkpoint on first request, then served from a cached
+    file, streamed. 422: an analytic run (no weights), or merged for a run without adapters."""
+    archive = await model_archive.model_archive(
+        request.app.state.read_session_factory,
+        run_id,
+        merged=merged,
+        artifact_dir=settings.artifact_dir,
+        workspace=workspace,
+        max_bytes=settings.max_export_bytes,
+    )
+    headers = {
+        "Content-Length": str(archive.size_bytes),
+        "Content-Disposition": f'attachment; filename="{archive.filename}"',
+    }
+    return StreamingResponse(archive.chunks(), media_type=model_archive.MEDIA_TYPE, headers=headers)
 
 
 @router.delete("/{run_id}", status_code=status.HTTP_204_NO_CONTENT, responses=CONFLICT)

@@ -54,6 +54,17 @@ def _attempt_and_round(name: str) -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
+def current_checkpoint(run_dir: Path, name: str | None) -> Path | None:
+    """The file of a run's current checkpoint for a reader outside the run (a model download): ``name``
+    as the run's row names it (``runs.checkpoint``) in the run's artifact directory ``run_dir``; None
+    when the row names none. Never "the newest file": a file being written is not named yet."""
+    if name is None:
+        return None
+    if name != LEGACY_NAME and not _NAME.match(name):
+        raise ValueError(f"{name!r} is not the name of a checkpoint file")
+    return run_dir / name
+
+
 class RunCheckpoints:
     """The ``Checkpoints`` of one attempt of a run (``for_segment`` gives each segment's view)."""
 

@@ -10,14 +10,16 @@ from typing import Any
 
 import pytest
 import torch
+from peft import PeftModel
+from safetensors import safe_open
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from collapipe_core.checkpoint import load_checkpoint
 from collapipe_core.config import ExperimentConfig
 from collapipe_core.data import load_dataset
-from collapipe_core.export import NothingToExport, export_model, load_model, read_metadata
-from collapipe_core.models import EncoderStackModel
+from collapipe_core.export import NothingToExport, export_model, load_model, read_metadata, weight_bytes
+from collapipe_core.models import EncoderStackModel, source_mask, split_targets
 from collapipe_core.models.hf import family
 from collapipe_core.pipeline.quality import evaluate_model
 from collapipe_core.runner import Runner
@@ -53,7 +55,10 @@ FAMILIES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-def _config(model: dict[str, Any], data: dict[str, Any], **top: Any) -> ExperimentConfig:
+def _config(
+    model: dict[str, Any], data: dict[str, Any], peft: dict[str, Any] | None = None
+) -> ExperimentConfig:
+    training = {"rounds": 1, "local_iterations": 2, "microbatch_size": 4, "lr": 0.02}
     return parse_config(
         {
             "seed": 3,
@@ -61,9 +66,8 @@ def _config(model: dict[str, Any], data: dict[str, Any], **top: Any) -> Experime
             "network": {"num_clusters": 2, "devices_per_cluster": 2},
             "model": {**SMALL, **model},
             "data": {"samples_per_cluster": 16, "eval_samples": 16, **data},
-            "training": {"rounds": 1, "local_iterations": 2, "microbatch_size": 4, "lr": 0.02},
+            "training": training if peft is None else {**training, "lr": 0.05, "peft": peft},
             "scheduler": {"policy": "uniform", "num_microbatches": 2, "max_microbatches": 2},
-            **top,
         }
     )
 
@@ -103,6 +107,7 @@ def test_a_full_export_evaluates_to_the_runs_last_eval_loss(tmp_path: Path, name
         assert {"config.json", "model.safetensors", "collapipe.json"} <= {p.name for p in out.iterdir()}
         loaded = _from_pretrained(config, out)
     assert abs(_eval_loss(loaded, config) - run_loss) <= TOLERANCE
+    assert _saved_bytes(out) == weight_bytes(config, load_dataset(config), None)  # the pre-check's count
     initial = read_metadata(out).build(seed=config.seed).state_dict()  # the run's initial weights
     trained = loaded.state_dict()
     moved = max(float((trained[k] - v).abs().max()) for k, v in initial.items() if v.is_floating_point())
@@ -111,6 +116,18 @@ def test_a_full_export_evaluates_to_the_runs_last_eval_loss(tmp_path: Path, name
         _check_tokenizer(config, out)
     else:
         _check_character_vocabulary(config, out)
+
+
+def _saved_bytes(directory: Path) -> int:
+    """Bytes of every tensor in the directory's safetensors files (fp32), base/ included."""
+    total = 0
+    for path in directory.rglob("*.safetensors"):
+        with safe_open(str(path), "pt") as saved:
+            for key in saved.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
+                tensor = saved.get_tensor(key)
+                assert tensor.dtype == torch.float32
+                total += tensor.numel() * 4
+    return total
 
 
 def _check_tokenizer(config: ExperimentConfig, out: Path) -> None:
@@ -179,6 +196,79 @@ def test_a_fine_tuned_pretrained_model_keeps_its_own_tokenizer(tmp_path: Path) -
     for name in ("tokenizer.json", "tokenizer_config.json"):
         assert (out / name).read_bytes() == (Path(path) / name).read_bytes()
     assert abs(_eval_loss(_from_pretrained(config, out), config) - run_loss) <= TOLERANCE
+
+
+def _adapted_with_peft(config: ExperimentConfig, out: Path, base: str | None = None) -> EncoderStackModel:
+    """The adapter loaded by peft's own from_pretrained onto its base: the export's base/ (a transformers
+    family trained from random weights), the given checkpoint, or CollaPipe's builder (builtin)."""
+    if config.model.source == "transformers":
+        fam = family(config.model.architecture)
+        base_model = fam.model_class.from_pretrained(base or str(out / "base"), local_files_only=True)
+        adapted = PeftModel.from_pretrained(base_model, str(out), local_files_only=True)
+        return fam.split(adapted.base_model.model).eval()
+    builtin = read_metadata(out).build(seed=config.seed)
+    PeftModel.from_pretrained(builtin, str(out), local_files_only=True)  # adapters injected in place
+    return builtin.eval()
+
+
+def _logits(model: EncoderStackModel, config: ExperimentConfig) -> torch.Tensor:
+    bundle = load_dataset(config, Workspace.local())
+    src, tgt = bundle.eval.src[:8], bundle.eval.tgt[:8]
+    dec_in, _ = split_targets(model.kind, tgt)
+    with torch.no_grad():
+        logits: torch.Tensor = model(src, source_mask(src, bundle.pad_id), dec_in)
+    return logits
+
+
+PEFT_ON_TRANSFORMERS = "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"  # peft 0.21's call
+
+
+@pytest.mark.filterwarnings(PEFT_ON_TRANSFORMERS)
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_a_lora_export_is_a_peft_adapter_and_merges_into_the_same_model(tmp_path: Path, name: str) -> None:
+    peft = {"r": 4, "alpha": 8.0, **({"modules_to_save": ["classifier"]} if name == "bert" else {})}
+    config = _config(*FAMILIES[name], peft=peft)
+    state, run_loss = _trained(config, tmp_path / "run")
+    out = export_model(config, state, tmp_path / "adapter")
+    assert {"adapter_config.json", "adapter_model.safetensors", "collapipe.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert (out / "base").is_dir() == (name != "builtin")  # a random transformers base ships with it
+    with safe_open(str(out / "adapter_model.safetensors"), "pt") as saved:
+        names = list(saved.keys())
+        assert names and all("lora_" in key or "classifier" in key for key in names)  # the adapter only
+        assert any(
+            float(saved.get_tensor(key).abs().max()) > 0 for key in names if "lora_B" in key
+        )  # trained
+    adapted = _adapted_with_peft(config, out)
+    assert abs(_eval_loss(adapted, config) - run_loss) <= TOLERANCE
+    assert abs(_eval_loss(load_model(out), config) - run_loss) <= TOLERANCE  # CollaPipe's loader agrees
+    assert _saved_bytes(out) == weight_bytes(config, load_dataset(config), None)
+
+    merged_dir = export_model(config, state, tmp_path / "merged", merge_adapter=True)
+    assert not (merged_dir / "adapter_config.json").exists()
+    assert _saved_bytes(merged_dir) == weight_bytes(config, load_dataset(config), None, merge_adapter=True)
+    merged = load_model(merged_dir) if name == "builtin" else _from_pretrained(config, merged_dir)
+    assert abs(_eval_loss(merged, config) - run_loss) <= TOLERANCE
+    torch.testing.assert_close(_logits(merged, config), _logits(adapted, config), rtol=0.0, atol=1e-5)
+
+
+@pytest.mark.filterwarnings(PEFT_ON_TRANSFORMERS)
+def test_an_adapter_of_a_pretrained_model_names_its_base_and_loads_onto_it(tmp_path: Path) -> None:
+    path = _pretrained_gpt2(tmp_path / "gpt2")
+    config = _config(
+        {"source": "transformers", "architecture": "gpt2", "pretrained_path": path, "seq_len": 16},
+        {**TEXT, "tokenizer": {"kind": "pretrained"}},
+        peft={"r": 2},
+    )
+    state, run_loss = _trained(config, tmp_path / "run")
+    out = export_model(config, state, tmp_path / "adapter")
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == path
+    assert not (out / "base").exists()  # the base is the user's checkpoint
+    assert abs(_eval_loss(_adapted_with_peft(config, out, base=path), config) - run_loss) <= TOLERANCE
+    assert abs(_eval_loss(load_model(out, base=path), config) - run_loss) <= TOLERANCE
+    with pytest.raises(ValueError, match="pass that checkpoint's directory as base"):
+        load_model(out)
 
 
 def test_an_analytic_run_has_no_model_to_export(tmp_path: Path) -> None:

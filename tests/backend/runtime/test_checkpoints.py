@@ -282,3 +282,14 @@ def test_a_read_only_artifact_directory_fails_the_run_naming_it_and_resume_conti
     assert _worker_process(database_url, run_id, artifacts) == "succeeded"
     assert [r["round"] for r in stored_records(factory, run_id)] == list(range(5))
     engine.dispose()
+
+
+def test_a_reader_outside_the_run_gets_the_file_the_row_names(tmp_path: Path) -> None:
+    current_checkpoint = run_checkpoints.current_checkpoint
+    (tmp_path / "checkpoint-a2-r9.pt").write_bytes(b"newer, unnamed")
+    assert current_checkpoint(tmp_path, "checkpoint-a1-r5.pt") == tmp_path / "checkpoint-a1-r5.pt"
+    assert current_checkpoint(tmp_path, "checkpoint.pt") == tmp_path / "checkpoint.pt"  # before 0007
+    assert current_checkpoint(tmp_path, None) is None
+    for name in ("../checkpoint-a1-r5.pt", "/etc/passwd", "checkpoint-a1-r5.pt.1-ab.tmp"):
+        with pytest.raises(ValueError, match="not the name of a checkpoint file"):
+            current_checkpoint(tmp_path, name)
