@@ -20,12 +20,12 @@ page and the HTML report draw the same): per point of link rate × memory, side 
 Options change the preset's study, never its constants silently: ``--seeds``, ``--rounds``, the axes'
 values (``--x``, ``--y``: JSON lists), more bases for other model sizes (``--model NAME=JSON``: the
 base config's ``model`` section updated with JSON; one map panel each), and ``--set FIELD=JSON`` for a
-what-if on every base (printed with the figures). ``--json OUT`` writes the map, every cell's mean
-figures and the run's settings.
+what-if on every base (``--base-name`` renames the preset's base when ``--set`` changed its model).
+``--json OUT`` writes the map, every cell's mean figures and the run's settings.
 
     .venv/bin/python bench/regime_map.py [--seeds 1,2,3] [--rounds 10] [--x JSON] [--y JSON] \\
         [--model bert-small='{"d_model": 512, "num_heads": 8, "ffn_dim": 2048}'] [--set FIELD=JSON] \\
-        [--slots 2] [--deployment embedded|production] [--json OUT]
+        [--base-name NAME] [--slots 2] [--deployment embedded|production] [--json OUT]
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ def study_body(args: argparse.Namespace) -> dict[str, Any]:
     if args.rounds:
         overrides["training.rounds"] = args.rounds
     bases = [{**b, "config": run_config(b["config"], overrides)} for b in body["bases"]]
+    if args.base_name:
+        bases[0]["name"] = args.base_name
     for name, model in args.model:
         config = copy.deepcopy(bases[0]["config"])
         config["model"] = {**config["model"], **model}
@@ -202,6 +204,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--set", type=_assignment, action="append", default=[], help="FIELD=JSON: set a field of every base"
+    )
+    parser.add_argument(
+        "--base-name", default=None, help="rename the preset's base (after --set changed its model)"
     )
     parser.add_argument(
         "--slots", type=int, default=2, help="runs at once (local processes or Celery workers)"

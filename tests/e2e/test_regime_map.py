@@ -1,6 +1,7 @@
 """The regime-map preset through the API (its 63 runs cut to a few rounds), then its page: the heatmap
 of DSSDA's latency over the best budget holder's renders with every point's value and annotation, and
-the HTML report carries the same heatmap."""
+the HTML report carries the same heatmap. A map whose base and axis values are named with HTML and
+``javascript:`` payloads shows them as text on the page and in the report."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from tests.e2e.configs import tiny
 from tests.e2e.conftest import Login, screenshot
 from tests.e2e.server import Server
+from tests.e2e.test_hostile_names import IMG, INJECTED, JS, LINK, SCRIPT
 
 pytestmark = pytest.mark.e2e
 
@@ -26,6 +29,12 @@ def _launch_preset(server: Server) -> tuple[int, dict[str, Any]]:
         presets = client.get("/api/studies/presets").raise_for_status().json()
         body = next(p for p in presets if p["name"] == "regime-map")["definition"]
         body["axes"] = [*body["axes"], {"field": "training.rounds", "values": [ROUNDS]}]
+    return _launch(server, body)
+
+
+def _launch(server: Server, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Create the study; wait until every run succeeded; its id and detail."""
+    with server.client() as client:
         created = client.post("/api/studies", json=body)
         assert created.status_code == 201, created.text
         study_id = int(created.json()["id"])
@@ -38,6 +47,13 @@ def _launch_preset(server: Server) -> tuple[int, dict[str, Any]]:
             assert status in ("queued", "running"), f"{detail['progress']}\n{server.log()[-3000:]}"
             assert time.monotonic() < deadline, f"{detail['progress']}\n{server.log()[-3000:]}"
             time.sleep(1.0)
+
+
+def _report_heatmaps(text: str) -> list[dict[str, Any]]:
+    decoder, drawn = json.JSONDecoder(), []
+    for match in re.finditer(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*", text):
+        drawn += [t for t in decoder.raw_decode(text, match.end())[0] if t["type"] == "heatmap"]
+    return drawn
 
 
 def _grid(regime: dict[str, Any], key: str) -> list[list[Any]]:
@@ -87,7 +103,46 @@ def test_the_regime_map_preset_runs_and_its_heatmap_renders_on_the_page_and_in_t
     href = page.locator("a[data-export='html']").get_attribute("href")
     report = page.request.get(f"{server.url}{href}")
     assert report.ok and "<h2>Regime map</h2>" in report.text()
-    decoder, drawn = json.JSONDecoder(), []
-    for match in re.finditer(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*", report.text()):
-        drawn += [t for t in decoder.raw_decode(report.text(), match.end())[0] if t["type"] == "heatmap"]
+    drawn = _report_heatmaps(report.text())
     assert len(drawn) == 1 and drawn[0]["z"] == ratios and drawn[0]["text"] == heatmap["text"]
+
+
+@pytest.mark.deployments("production")
+def test_names_in_a_regime_map_are_text_on_the_page_and_in_the_report(login: Login, server: Server) -> None:
+    config = tiny(rounds=1, executor="analytic")
+    bases = [f"{SCRIPT}{IMG}", LINK]  # two bases: one panel each, titled with its name
+    body = {
+        "name": "regime map of payloads",
+        "bases": [{"name": name, "config": config} for name in bases],
+        "axes": [
+            {"field": "scheduler.policy", "values": ["dssda", "uniform"]},
+            {"field": "name", "values": [IMG, JS]},
+            {"field": "scheduler.V", "values": [1]},
+        ],
+        "regime_map": {"x": "name", "y": "scheduler.V"},
+    }
+    study_id, detail = _launch(server, body)
+    assert (detail["regime_map"]["x_labels"], detail["regime_map"]["panels"]) == ([IMG, JS], bases)
+
+    page = login("viewer")
+    page.goto(f"{server.url}/#/studies/{study_id}")
+    expect(page.locator("#study-page[data-ready='true']")).to_be_attached()
+    expect(page.locator("#study-regime-map")).to_have_attribute("data-points", "4")
+    charts = page.locator("#study-regime-map .chart")
+    expect(charts).to_have_count(2)
+    for i, name in enumerate(bases):  # shown as text, not made into elements
+        expect(charts.nth(i).locator(".gtitle")).to_have_text(name)
+        assert charts.nth(i).locator(".xtick text").all_text_contents() == [IMG, JS]
+    assert page.evaluate(INJECTED) == []
+
+    href = page.locator("a[data-export='html']").get_attribute("href")
+    report = page.request.get(f"{server.url}{href}")
+    heatmaps = _report_heatmaps(report.text())
+    assert [h["x"] for h in heatmaps] == [['&lt;img src=x onerror="window.__xss=1"&gt;', JS]] * 2
+    opened = page.context.new_page()
+    opened.set_content(report.text())  # as opened from a file (plotly.js is inlined)
+    expect(opened.locator(".heatmaplayer image")).to_have_count(2)
+    titles = opened.locator(".gtitle").all_text_contents()
+    assert all(any(name in title for title in titles) for name in bases), titles
+    assert opened.evaluate(INJECTED) == []
+    opened.close()
