@@ -8,6 +8,7 @@ from --token or COLLAPIPE_TOKEN. Errors print the server's message and field det
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -191,11 +192,29 @@ def export(
     token: Token = None,
     format: Annotated[str, typer.Option(help="csv | parquet")] = "csv",
     table: Annotated[str, typer.Option(help="rounds | devices")] = "rounds",
+    model: Annotated[
+        bool,
+        typer.Option(
+            "--model",
+            help="download the trained model instead: a tar archive of run-<id>-model/ (docs/models.md)",
+        ),
+    ] = False,
+    merged: Annotated[
+        bool, typer.Option("--merged", help="with --model: a LoRA run's adapter merged into its base")
+    ] = False,
     out: Annotated[
-        Path | None, typer.Option(help="file to write (default run-<id>-<table>.<format>)")
+        Path | None,
+        typer.Option(
+            help="file to write (default run-<id>-<table>.<format>, or run-<id>-model[-merged].tar)"
+        ),
     ] = None,
 ) -> None:
-    """Download a run's records as CSV or Parquet."""
+    """Download a run's records as CSV or Parquet, or (--model) its trained model."""
+    if model:
+        _download_model(run_id, server, token, merged, out)
+        return
+    if merged:
+        raise _fail("--merged goes with --model")
     with _client(server, token, timeout_s=300) as client:
         response = _request(
             client, "GET", f"/api/runs/{run_id}/export", params={"format": format, "table": table}
@@ -203,6 +222,51 @@ def export(
     path = out or Path(f"run-{run_id}-{table}.{format}")
     path.write_bytes(response.content)
     err_console.print(f"wrote {path} ({len(response.content)} bytes)", highlight=False)
+
+
+MODEL_TRIES = 20  # 429: the server builds another model; it says when to ask again
+
+
+def _download_model(run_id: int, server: str, token: str | None, merged: bool, out: Path | None) -> None:
+    """Stream the run's model archive to ``out`` (through a temporary file: a failed download leaves
+    nothing); the server may need a moment to build it, and asks to wait while it builds another."""
+    path = out or Path(f"run-{run_id}-model{'-merged' if merged else ''}.tar")
+    partial = path.with_name(path.name + ".part")
+    params = {"merged": "true"} if merged else {}
+    with _client(server, token, timeout_s=None) as client:
+        for _ in range(MODEL_TRIES):
+            try:
+                with client.stream("GET", f"/api/runs/{run_id}/model", params=params) as response:
+                    if response.status_code == 429:
+                        wait_s = float(response.headers.get("retry-after", "5"))
+                        err_console.print(f"the server is exporting another model; again in {wait_s:g} s")
+                        time.sleep(wait_s)
+                        continue
+                    if not response.is_success:
+                        response.read()
+                        _checked(response)
+                    size = _save_stream(response, partial)
+                    break
+            except httpx.TransportError as err:
+                partial.unlink(missing_ok=True)
+                raise _fail(f"cannot download from {client.base_url}: {err}") from None
+        else:
+            raise _fail("the server stayed busy exporting other models; try again later")
+    declared = int(response.headers.get("content-length", size))
+    if size != declared:
+        partial.unlink(missing_ok=True)
+        raise _fail(f"the download ended after {size} of {declared} bytes; try again")
+    partial.replace(path)
+    err_console.print(f"wrote {path} ({size} bytes)", highlight=False)
+
+
+def _save_stream(response: httpx.Response, path: Path) -> int:
+    size = 0
+    with path.open("wb") as handle:
+        for chunk in response.iter_bytes():
+            handle.write(chunk)
+            size += len(chunk)
+    return size
 
 
 # -- studies ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import tarfile
 import threading
 from collections.abc import Callable, Iterator
 from itertools import pairwise
@@ -22,6 +23,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from backend.remote import remote_app
+from backend.runtime.execution import execute_run
+from backend.runtime.lifecycle import RunStore
+from backend.settings import Settings
 from tests.backend.builders import tiny_config
 from tests.backend.conftest import RecordingDispatcher, add_user
 from tests.backend.live_server import serve
@@ -176,3 +180,28 @@ def test_a_study_with_a_bad_cell_is_refused_naming_the_cell(
 def test_an_unreadable_study_file_is_reported(tmp_path: Path) -> None:
     result = runner.invoke(remote_app, ["study", "submit", str(tmp_path / "missing.yaml")])
     assert result.exit_code == 2 and "missing.yaml" in result.output
+
+
+@pytest.mark.deployments("embedded")
+def test_export_model_downloads_the_trained_model_archive(
+    server: RecordingDispatcher,
+    tmp_path: Path,
+    settings: Settings,
+    session_factory: sessionmaker[Session],
+) -> None:
+    config = _config_file(tmp_path, executor="simulated", training={"rounds": 1, "local_iterations": 1})
+    run_id = json.loads(runner.invoke(remote_app, ["submit", str(config), "--json"]).stdout)["run_id"]
+    store = RunStore(session_factory)  # executed here: a spawned run process costs seconds
+    outcome = execute_run(
+        run_id, store, claimant="t", artifact_dir=settings.artifact_dir, workspace=settings.workspace()
+    )
+    assert outcome == "succeeded"
+    out = tmp_path / "model.tar"
+    done = runner.invoke(remote_app, ["export", str(run_id), "--model", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    assert f"wrote {out} ({out.stat().st_size} bytes)" in " ".join(done.stderr.split())  # rich wraps
+    with tarfile.open(out) as tar:
+        assert f"run-{run_id}-model/model.safetensors" in tar.getnames()
+    merged = runner.invoke(remote_app, ["export", str(run_id), "--model", "--merged", "--out", str(out)])
+    assert merged.exit_code == 2 and "422" in merged.output and "LoRA adapters" in merged.output
+    assert not out.with_name("model.tar.part").exists()
