@@ -98,6 +98,11 @@ def test_the_regime_map_preset_runs_and_its_heatmap_renders_on_the_page_and_in_t
     expect(page.locator("#study-regime-map .heatmaplayer text")).to_have_count(len(regime["points"]))
     expect(page.locator("#study-regime-map .heatmaplayer text").first).to_contain_text("dev · M")
     screenshot(page, "study-regime-map")
+    # the figure against an axis names its lines by the other axes' values, a memory range as JSON
+    names = page.evaluate(
+        "() => document.getElementById('study-plot').data.map((t) => t.name).filter((n) => n)"
+    )
+    assert names and all("[object Object]" not in n and '"low"' in n for n in names), names
 
     # the HTML report (this session's cookie) draws the same heatmap
     href = page.locator("a[data-export='html']").get_attribute("href")

@@ -21,7 +21,8 @@ function groups(detail, axis) {
   const byKey = new Map();
   const varying = new Set(varyingAxes(detail)); // an axis of one value (an override) names no group
   for (const cell of detail.cells) {
-    const others = Object.entries(cell.values).filter(([k]) => k !== axis && varying.has(k)).map(([k, v]) => `${k}=${v}`);
+    const others = Object.entries(cell.values).filter(([k]) => k !== axis && varying.has(k))
+      .map(([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`); // a {low, high} range as JSON
     const name = [detail.cells.some((c) => c.base !== cell.base) ? cell.base : null, ...others].filter(Boolean).join(', ') || 'all';
     if (!byKey.has(name)) byKey.set(name, []);
     byKey.get(name).push(cell);

@@ -1,7 +1,7 @@
 // One study (#/studies/{id}): its progress, live from GET /api/studies/{id}/events (the `study`
-// frames), the summary table per cell (mean ± 95 % interval over seeds, ratios to a chosen baseline
-// cell, the time to a target eval loss), the regime map when the study asks for one (DSSDA against the
-// best budget-holding baseline over two axes, a heatmap), a figure against one axis with its interval
+// frames), the regime map when the study asks for one (DSSDA against the best budget-holding baseline
+// over two axes, a heatmap), the summary table per cell (mean ± 95 % interval over seeds, ratios to a
+// chosen baseline cell, the time to a target eval loss), a figure against one axis with its interval
 // as a band, the round series per cell (GET /api/studies/{id}/series: one line per cell against the
 // round or the modeled time), exports (CSV, Parquet, the self-contained HTML report), and cancel /
 // resume for operators.
@@ -57,11 +57,11 @@ export function mountStudy(main, { studyId }) {
     h('p.small', {}, h('a', { href: '#/studies' }, '← Studies')),
     h('div.page-head', {}, title, status),
     h('section.panel', {}, progress, actions),
+    regimeSection,
     h('section.panel', { 'aria-labelledby': 'study-table-title' },
       h('h2', { id: 'study-table-title' }, 'Summary per cell'),
       h('p.small.muted', {}, 'Mean over the cell\'s seeds ± the half width of its Student-t 95 % interval; × is the ratio of the mean to the baseline cell\'s.'),
       h('div.filters', {}, control('Baseline cell', baseline), control('Target eval loss', target)), table, exportLinks),
-    regimeSection,
     h('section.panel', { 'aria-labelledby': 'study-plot-title' },
       h('h2', { id: 'study-plot-title' }, 'Figure against an axis'),
       h('div.filters', {}, control('Figure', metric), control('Against', axis)), plotNote, plot),
