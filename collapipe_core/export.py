@@ -206,14 +206,13 @@ def export_model(
 
 
 def read_metadata(directory: str | os.PathLike[str]) -> Metadata:
-    """The ``collapipe.json`` of an exported model directory."""
-    from collapipe_core.validation import parse_config
-
+    """The ``collapipe.json`` of an exported model directory. The config is read as it was checked when
+    the run was made, not checked again: the files it names (a server's data) need not be here."""
     data = json.loads((Path(directory) / METADATA).read_text(encoding="utf-8"))
     if data.get("format") != FORMAT:
         raise ValueError(f"{directory}: {METADATA} format {data.get('format')!r} is not {FORMAT}")
     return Metadata(
-        config=parse_config(data["config"]),
+        config=ExperimentConfig.model_validate(data["config"]),
         weights=data["weights"],
         vocab_size=int(data["vocab_size"]),
         num_outputs=int(data["num_outputs"]),

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from anyio import to_thread
+from pydantic import ValidationError
 
 from backend.db.engine import SessionFactory
 from backend.errors import Conflict, InvalidInput, NotFound, TooManyRequests, Unavailable
@@ -38,7 +39,7 @@ from backend.runs import repository as repo
 from backend.runtime.checkpoints import current_checkpoint
 from backend.runtime.execution import checkpoint_dir_for
 from collapipe_core.checkpoint import read_checkpoint
-from collapipe_core.validation import ConfigError, parse_config
+from collapipe_core.config import ExperimentConfig
 from collapipe_core.workspace import Workspace
 
 MEDIA_TYPE = "application/x-tar"
@@ -113,9 +114,9 @@ def _archive(
         raise Conflict(
             f"run {run_id} is {source.status}; its model is served once it has succeeded or been cancelled"
         )
-    try:
-        config = parse_config(source.config, workspace)
-    except ConfigError as err:
+    try:  # read as checked at launch: an export needs the model and the data, not the policy or budgets
+        config = ExperimentConfig.model_validate(source.config)
+    except ValidationError as err:
         raise Conflict(f"the model of run {run_id} cannot be rebuilt on this server: {err}") from None
     try:
         check_exportable(config, merged)
@@ -181,7 +182,7 @@ def _too_large(run_id: int, size: int, max_bytes: int, what: str) -> ArchiveTooL
 
 
 def _build(
-    config: Any,
+    config: ExperimentConfig,
     checkpoint: Path,
     target: Path,
     root: str,

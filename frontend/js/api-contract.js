@@ -50,6 +50,7 @@ export const API_CONTRACT = {
   "POST /api/runs/{run_id}/cancel": [],
   "POST /api/runs/{run_id}/resume": [],
   "POST /api/runs/{run_id}/fork": ["id"],
+  "GET /api/runs/{run_id}/model": [],
   "GET /api/runs/{run_id}/devices": [
     "metrics{}.series{}.round", "metrics{}.series{}.value", "metrics{}.series{}.elapsed_s"
   ],

@@ -17,16 +17,15 @@ from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedT
 
 from collapipe_core.checkpoint import load_checkpoint
 from collapipe_core.config import ExperimentConfig
-from collapipe_core.data import load_dataset
+from collapipe_core.data import DatasetBundle, load_dataset
 from collapipe_core.export import NothingToExport, export_model, load_model, read_metadata, weight_bytes
 from collapipe_core.models import EncoderStackModel, source_mask, split_targets
 from collapipe_core.models.hf import family
 from collapipe_core.pipeline.quality import evaluate_model
+from collapipe_core.pipeline.simulated import build_run_model
 from collapipe_core.runner import Runner
 from collapipe_core.sinks import MemorySink
-from collapipe_core.validation import parse_config
 from collapipe_core.workspace import Workspace
-from tests.core.builders import tiny_config
 
 TOLERANCE = 1e-5  # fp32
 SMALL = {"d_model": 16, "ffn_dim": 24, "num_blocks": 2, "dropout": 0.0}
@@ -58,8 +57,8 @@ FAMILIES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 def _config(
     model: dict[str, Any], data: dict[str, Any], peft: dict[str, Any] | None = None
 ) -> ExperimentConfig:
-    training = {"rounds": 1, "local_iterations": 2, "microbatch_size": 4, "lr": 0.02}
-    return parse_config(
+    training = {"rounds": 1, "local_iterations": 1, "microbatch_size": 4, "lr": 0.02}
+    return ExperimentConfig.model_validate(
         {
             "seed": 3,
             "executor": "simulated",
@@ -116,6 +115,13 @@ def test_a_full_export_evaluates_to_the_runs_last_eval_loss(tmp_path: Path, name
         _check_tokenizer(config, out)
     else:
         _check_character_vocabulary(config, out)
+
+
+def _trained_model(config: ExperimentConfig, state: dict[str, Any]) -> EncoderStackModel:
+    """The run's own model holding ``state`` (what the executor evaluated)."""
+    model = build_run_model(config, load_dataset(config, Workspace.local()), None)
+    model.load_state_dict(state["global_state"])
+    return model.eval()
 
 
 def _saved_bytes(directory: Path) -> int:
@@ -211,8 +217,10 @@ def _adapted_with_peft(config: ExperimentConfig, out: Path, base: str | None = N
     return builtin.eval()
 
 
-def _logits(model: EncoderStackModel, config: ExperimentConfig) -> torch.Tensor:
-    bundle = load_dataset(config, Workspace.local())
+def _logits(
+    model: EncoderStackModel, config: ExperimentConfig, bundle: DatasetBundle | None = None
+) -> torch.Tensor:
+    bundle = bundle or load_dataset(config, Workspace.local())
     src, tgt = bundle.eval.src[:8], bundle.eval.tgt[:8]
     dec_in, _ = split_targets(model.kind, tgt)
     with torch.no_grad():
@@ -271,8 +279,29 @@ def test_an_adapter_of_a_pretrained_model_names_its_base_and_loads_onto_it(tmp_p
         load_model(out)
 
 
+def test_an_export_loads_where_the_runs_data_files_are_not(tmp_path: Path) -> None:
+    """A model trained on a server's files loads on a machine that has only the download."""
+    train = tmp_path / "texts.jsonl"
+    rows = [{"text": f"sample {i} says {'yes' if i % 2 else 'no'}", "label": i % 2} for i in range(60)]
+    train.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    model = {"kind": "classifier", "num_heads": 2, "seq_len": 8}
+    data = {
+        "dataset": "files",
+        "files": {"train": str(train)},
+        "tokenizer": {"kind": "wordpiece", "vocab_size": 64},
+    }
+    config = _config(model, data)
+    state, _ = _trained(config, tmp_path / "run")
+    out = export_model(config, state, tmp_path / "model")
+    bundle = load_dataset(config, Workspace.local())
+    expected = _logits(_trained_model(config, state), config, bundle)  # the run's own model
+    train.unlink()
+    assert read_metadata(out).config == config
+    torch.testing.assert_close(_logits(load_model(out), config, bundle), expected)
+
+
 def test_an_analytic_run_has_no_model_to_export(tmp_path: Path) -> None:
-    config = tiny_config(executor="analytic")
+    config = _config(*FAMILIES["builtin"]).model_copy(update={"executor": "analytic"})
     with pytest.raises(NothingToExport, match="analytic executor trains no weights"):
         export_model(config, {}, tmp_path / "model")
     assert not (tmp_path / "model").exists()

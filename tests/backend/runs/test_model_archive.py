@@ -15,10 +15,10 @@ from backend.db.models import Run
 from backend.runs import model_archive
 from backend.runtime.execution import checkpoint_dir_for, execute_run
 from backend.runtime.lifecycle import RunStore
+from collapipe_core.config import ExperimentConfig
 from collapipe_core.data import load_dataset
 from collapipe_core.export import load_model, weight_bytes
 from collapipe_core.pipeline.quality import evaluate_model
-from collapipe_core.validation import parse_config
 from tests.backend.builders import stored_records, tiny_config
 from tests.backend.conftest import Api
 
@@ -51,7 +51,7 @@ def _extracted(body: bytes, into: Path) -> list[str]:
 
 
 def _eval_loss(api: Api, config: dict[str, Any], directory: Path) -> float:
-    typed = parse_config(config)
+    typed = ExperimentConfig.model_validate(config)
     bundle = load_dataset(typed)
     ids = {"pad_id": bundle.pad_id, "bos_id": bundle.bos_id, "eos_id": bundle.eos_id}
     loss, _ = evaluate_model(load_model(directory), bundle.eval, **ids)
@@ -134,7 +134,7 @@ def test_a_model_past_the_export_limit_is_refused_before_or_after_it_is_built(
 ) -> None:
     config = tiny_config(**SIMULATED)
     run_id = _finished(api, config)
-    typed = parse_config(config)
+    typed = ExperimentConfig.model_validate(config)
     weights = weight_bytes(typed, load_dataset(typed), None)
     run_dir = checkpoint_dir_for(api.app.state.settings.artifact_dir, run_id)
     for limit, what in ((weights - 1, "its weights alone are"), (weights, "its archive is")):
