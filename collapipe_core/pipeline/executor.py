@@ -32,11 +32,13 @@ class TrainingOutcome:
 def recompute_flags(training: TrainingConfig, decision: Decision) -> npt.NDArray[np.bool_]:
     """(N, K): the devices that recompute their blocks' activations in backward this round.
 
-    ``training.activation_checkpointing: all``: every device; otherwise the decision's per-device flags
-    (``Decision.recompute()``: what DSSDA chose under ``auto``; none otherwise).
+    ``training.activation_checkpointing``: ``none``, no device; ``all``, every device; ``auto``, the
+    decision's per-device flags (``Decision.recompute()``, what the scheduler chose) — as the cost model
+    charges them.
     """
     flags = decision.recompute()
-    return np.ones_like(flags) if training.activation_checkpointing == "all" else flags
+    mode = training.activation_checkpointing
+    return flags if mode == "auto" else np.full_like(flags, mode == "all")
 
 
 class Executor(Protocol):

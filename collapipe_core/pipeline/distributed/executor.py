@@ -7,11 +7,12 @@ simulated run's (with dropout 0; see docs/distributed.md), plus what was measure
 
 The driver keeps the global weights and every cluster's optimizer state (as the simulated executor
 does, and as the checkpoint needs them after every round). Each round it ships every scheduled rank
-its stage's weights and optimizer state — moving blocks between devices moves their weights and
-optimizer state — and its inputs; the ranks train, average with a collective over the clusters' CUs,
-and send back the averaged model and their optimizer states. Ranks keep no model state between rounds,
-so a failed round leaves the driver's state as it was before it, and a resume needs nothing but the
-checkpoint.
+its stage's weights — the frozen ones (a LoRA base) too: ranks keep nothing between rounds — and the
+optimizer state of what trains — moving blocks between devices moves their weights and optimizer
+state — and its inputs; the ranks train, average what trains with a collective over the clusters' CUs,
+and send back the averaged trainable tensors and their optimizer states. Ranks keep no model state
+between rounds, so a failed round leaves the driver's state as it was before it, and a resume needs
+nothing but the checkpoint.
 
 Each rank reports its stage's squared gradient norms per measured iteration; squared norms add over the
 stages' disjoint parameters, so a cluster's sums are the sums over its ranks, and the round's gradient
@@ -33,6 +34,7 @@ from collapipe_core.config import ExperimentConfig
 from collapipe_core.costmodel import link_rate_bps
 from collapipe_core.data import DatasetBundle, batch_indices
 from collapipe_core.decision import Decision
+from collapipe_core.federated.exchange import averaged_keys
 from collapipe_core.gradient_noise import GradientNormSums, estimate_round, is_measured_iteration
 from collapipe_core.models import source_mask
 from collapipe_core.pipeline.distributed import protocol as p
@@ -45,7 +47,7 @@ from collapipe_core.pipeline.distributed.plan import (
     slice_optimizer_state,
 )
 from collapipe_core.pipeline.distributed.stages import stage_module
-from collapipe_core.pipeline.executor import TrainingOutcome
+from collapipe_core.pipeline.executor import TrainingOutcome, recompute_flags
 from collapipe_core.pipeline.quality import evaluate_model
 from collapipe_core.pipeline.simulated import build_run_model, make_optimizer
 from collapipe_core.pipeline.split import parameter_aliases
@@ -92,10 +94,13 @@ class DistributedExecutor:
         self.pretrained_dir = pretrained_dir
         self.model = build_run_model(config, bundle, pretrained_dir)
         self.global_state = copy.deepcopy(self.model.state_dict())
+        self.averaged = averaged_keys(self.model)  # what trains and FedAvg averages
         self.optimizer_states: list[dict[str, Any] | None] = [None] * len(bundle.shards)
         self.layout = Layout(config.network.num_clusters, config.network.devices_per_cluster)
-        self.param_names = [name for name, _ in self.model.named_parameters()]
-        self.aliases = parameter_aliases(self.model)  # a tied parameter's further state-dict names
+        # the optimizer's parameters (those that train), and a trained tied parameter's further names
+        self.param_names = [name for name, q in self.model.named_parameters() if q.requires_grad]
+        trained = set(self.param_names)
+        self.aliases = {a: n for a, n in parameter_aliases(self.model).items() if n in trained}
         self.param_groups = make_optimizer(config, self.model).state_dict()["param_groups"]
         self.last_gradients: list[dict[str, torch.Tensor]] = []  # per cluster (report_gradients)
         self.last_details: dict[str, dict[str, list[float]]] = {}  # per participant, per micro-batch
@@ -188,6 +193,7 @@ class DistributedExecutor:
             sc.noise_density_w_per_hz,
         )
         sizes = tuple(len(shard) for shard in self.bundle.shards)
+        recompute = recompute_flags(self.config.training, decision)
         tasks: dict[int, p.RankTask] = {}
         for plan in plans:
             n = plan.cluster
@@ -202,7 +208,7 @@ class DistributedExecutor:
                 _, role, k = self.layout.locate(rank)
                 block_range = plan.block_ranges.get(rank)
                 module = stage_module(self.model, role, block_range)
-                names = [name for name, _ in module.named_parameters()]
+                names = [name for name, q in module.named_parameters() if q.requires_grad]
                 wanted = {"cu": ("src",), "device": ("src_mask",), "edge": ("src_mask", "tgt")}[role]
                 rate: float | None = None
                 if self.options.link_emulation:
@@ -223,6 +229,7 @@ class DistributedExecutor:
                     dropout_seed=_seed(self.config.seed, t, n, 0xD0, plan.stage_index(rank)),
                     send_rate_bps=rate,
                     data_sizes=sizes if role == "cu" else (),
+                    recompute=role == "device" and bool(recompute[n, k]),
                 )
                 tasks[rank] = self._task(
                     state, plans, stage, settings.samples_per_microbatch(plan.num_microbatches)
@@ -244,14 +251,13 @@ class DistributedExecutor:
             plans=plans,
             stage=stage,
             microbatch_size=microbatch_size,
-            bytes_per_element=self.config.model.bytes_per_element,
         )
 
     def _outcome(
         self, state: RoundState, plans: tuple[ClusterPlan, ...], reports: dict[int, p.RankReport]
     ) -> TrainingOutcome:
         averaged = reports[self.layout.cu_rank(0)].averaged_state
-        if averaged is None or list(averaged) != list(self.global_state):
+        if averaged is None or list(averaged) != self.averaged:
             raise RuntimeError("the CU of cluster 0 did not return the averaged model")
         losses, gradients, details = [], [], {}
         norms: list[list[GradientNormSums]] = []  # per cluster, per local iteration
@@ -280,17 +286,18 @@ class DistributedExecutor:
                 measured[self.layout.participant_id(rank)] = dict(reports[rank].measured)
                 details[self.layout.participant_id(rank)] = reports[rank].details
             gradients.append(grads)
-        self.global_state = averaged
+        self.global_state = {**self.global_state, **averaged}  # the frozen weights stay as they are
         self.optimizer_states = optimizer_states
         self.last_gradients = gradients
         self.last_details = details
-        self.model.load_state_dict(self.global_state)
+        self.model.load_state_dict(averaged, strict=False)
         eval_loss, metrics = evaluate_model(
             self.model,
             self.bundle.eval,
             pad_id=self.pad_id,
             bos_id=self.bundle.bos_id,
             eos_id=self.bundle.eos_id,
+            precision=self.config.training.precision,
         )
         sizes = [len(shard) for shard in self.bundle.shards]
         train_loss = float(np.average(losses, weights=sizes))

@@ -1,12 +1,13 @@
 """Optional link emulation: every pipeline transfer takes as long as the modeled channel says.
 
-A rank's sends to one peer go through one transmitter thread, first in first out: a payload of
-``numel × bytes_per_element`` bytes ready at time r leaves when the transmitter is free and keeps it
-busy for ``8·bytes / rate_bps`` seconds; then the real ``isend`` is issued, so the receiver gets the
-data at the end of the emulated transmission. That is the cost model's link (docs/system-model.md,
-:mod:`collapipe_core.costmodel.timeline`): one full-duplex link between neighbours, each direction a
-FIFO resource, timed at the *sender's* rate — the CU's configured link rate for activations it sends,
-the device's Shannon rate r_k for both directions, the edge server's downlink rate for gradients.
+A rank's sends to one peer go through one transmitter thread, first in first out: a payload of ``numel
+× element size`` bytes (the tensor as sent: fp32, or bf16 under precision bf16) ready at time r leaves
+when the transmitter is free and keeps it busy for ``8·bytes / rate_bps`` seconds; then the real
+``isend`` is issued, so the receiver gets the data at the end of the emulated transmission. That is
+the cost model's link (docs/system-model.md, :mod:`collapipe_core.costmodel.timeline`): one full-
+duplex link between neighbours, each direction a FIFO resource, timed at the *sender's* rate — the
+CU's configured link rate for activations it sends, the device's Shannon rate r_k for both directions,
+the edge server's downlink rate for gradients.
 
 A send "completes" for the schedule as soon as it is queued, as a send into a socket buffer does: the
 compute thread never waits for the transmission, so a device computes its next micro-batch while its
@@ -50,11 +51,10 @@ class QueuedSend:
 class LinkEmulator:
     """Per-peer FIFO transmitters of one rank, all at the rank's send rate."""
 
-    def __init__(self, rate_bps: float, bytes_per_element: int, timeout_s: float) -> None:
+    def __init__(self, rate_bps: float, timeout_s: float) -> None:
         if rate_bps <= 0:
             raise ValueError(f"link emulation needs a positive rate, got {rate_bps} bit/s")
         self.rate_bps = rate_bps
-        self.bytes_per_element = bytes_per_element
         self.timeout_s = timeout_s
         self.busy_s = 0.0  # summed emulated transmission time
         self._queues: dict[int, queue.SimpleQueue[_Transfer | None]] = {}
@@ -111,7 +111,8 @@ class LinkEmulator:
             error: BaseException | None = None
             duration = 0.0
             try:
-                duration = transfer_s(transfer.op.tensor.numel(), self.bytes_per_element, self.rate_bps)
+                tensor = transfer.op.tensor
+                duration = transfer_s(tensor.numel(), tensor.element_size(), self.rate_bps)
                 done = max(free_s, transfer.ready_s) + duration
                 delay = done - time.perf_counter()
                 if delay > 0:

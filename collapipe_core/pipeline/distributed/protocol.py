@@ -123,12 +123,13 @@ class StageTask:
     cluster: int
     role: Role
     block_range: range | None  # device ranks only
-    weights: dict[str, torch.Tensor]  # the stage's parameters, named as in the model
+    weights: dict[str, torch.Tensor]  # the stage's parameters and buffers (frozen ones too), by model name
     optimizer_state: dict[str, dict[str, Any]] | None  # per-parameter state by name; None: fresh
     batches: list[dict[str, torch.Tensor]]  # per local iteration: the rank's inputs (M·b samples)
     dropout_seed: int
     send_rate_bps: float | None  # link emulation: this rank's send rate; None = off
     data_sizes: tuple[int, ...] = ()  # FedAvg weights, all clusters (CUs only)
+    recompute: bool = False  # a device that recomputes its blocks' activations in backward
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,6 @@ class RankTask:
     plans: tuple[ClusterPlan, ...]
     stage: StageTask | None
     microbatch_size: int
-    bytes_per_element: int
 
 
 @dataclass

@@ -12,9 +12,14 @@ of the whole step (counted by :func:`run_step` before the step), with ``scale_gr
 gradients and the summed losses equal :func:`collapipe_core.pipeline.split.accumulate_microbatches`'.
 
 The rank's model is a skeleton on the meta device: :func:`materialize` loads the round's weights into
-just the stage's submodules (``assign=True``: the shipped tensors become the parameters, nothing else
-is allocated) and :func:`release` turns them back into meta tensors when the round is over; both keep
-tied parameters tied. :func:`tied_locally` names the parameters the CU and the edge server share.
+just the stage's submodules (``assign=True``: the shipped tensors become the parameters, with their
+dtypes — a LoRA base frozen in bf16 stays bf16 —, nothing else is allocated) and :func:`release` turns
+them back into meta tensors when the round is over; both keep tied parameters tied.
+:func:`tied_locally` names the parameters the CU and the edge server share.
+
+Stages run in the training precision and cast their output to the boundary dtype
+(:mod:`collapipe_core.models.precision`): under bf16 the example tensors between stages are bf16, so
+activations and their gradients cross the links in bf16.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 from collapipe_core.config import ModelConfig
 from collapipe_core.models import EncoderStackModel, StepLoss, split_targets
+from collapipe_core.models.precision import autocast, boundary_dtype
 from collapipe_core.pipeline.distributed.measure import RecvPrefetch, StepClock
 from collapipe_core.pipeline.distributed.plan import Role, Schedule
 from collapipe_core.pipeline.split import (
@@ -57,9 +63,12 @@ class StageShapes:
     target_len: int  # T: decoder input length (seq2seq)
     num_outputs: int  # target vocabulary (seq2seq, causal_lm) or classes (classifier)
     kind: str
+    dtype: torch.dtype = torch.float32  # of the activations between stages (bf16 under precision bf16)
 
     @staticmethod
-    def measure(model: EncoderStackModel, config: ModelConfig, microbatch_size: int) -> StageShapes:
+    def measure(
+        model: EncoderStackModel, config: ModelConfig, microbatch_size: int, precision: str = "fp32"
+    ) -> StageShapes:
         """The shapes of ``model`` on the meta device (the rank's skeleton): d and the output size.
 
         Read from the model rather than the config: a pretrained model's sizes are its config.json's.
@@ -67,7 +76,7 @@ class StageShapes:
         src = torch.zeros(1, config.seq_len, dtype=torch.long, device="meta")
         mask = torch.ones(1, config.seq_len, dtype=torch.bool, device="meta")
         dec_in = torch.zeros(1, config.target_len, dtype=torch.long, device="meta")
-        with torch.no_grad():
+        with torch.no_grad(), autocast(precision):
             hidden = model.embedding(src)  # (1, S, d)
             logits = model(src, mask, dec_in if config.kind == "seq2seq" else None)  # (1, [T or S,] out)
         return StageShapes(
@@ -77,16 +86,23 @@ class StageShapes:
             target_len=config.target_len,
             num_outputs=int(logits.shape[-1]),
             kind=config.kind,
+            dtype=boundary_dtype(precision) or torch.float32,
         )
 
     def hidden(self, device: torch.device) -> Tensor:
-        """(b, S, d) activation between stages."""
+        """(b, S, d) activation between stages, at the boundary dtype."""
         return torch.zeros(
-            self.microbatch_size, self.seq_len, self.d_model, device=device, requires_grad=True
+            self.microbatch_size,
+            self.seq_len,
+            self.d_model,
+            dtype=self.dtype,
+            device=device,
+            requires_grad=True,
         )
 
     def logits(self, device: torch.device) -> Tensor:
-        """(b, T, V) for seq2seq, (b, S, V) for a causal LM, (b, C) for the classifier."""
+        """(b, T, V) for seq2seq, (b, S, V) for a causal LM, (b, C) for the classifier; fp32 (the head
+        casts its logits to fp32 for the loss)."""
         if self.kind == "seq2seq":
             shape: tuple[int, ...] = (self.microbatch_size, self.target_len, self.num_outputs)
         elif self.kind == "causal_lm":
@@ -105,15 +121,23 @@ class StageShapes:
         return (self.hidden(device),), self.logits(device)
 
 
-def stage_module(model: EncoderStackModel, role: Role, block_range: range | None = None) -> nn.Module:
-    """The submodules of ``model`` a role runs, sharing the model's parameters and names."""
+def stage_module(
+    model: EncoderStackModel,
+    role: Role,
+    block_range: range | None = None,
+    *,
+    recompute: bool = False,
+    precision: str = "fp32",
+) -> nn.Module:
+    """The submodules of ``model`` a role runs, sharing the model's parameters and names, in the
+    training ``precision``; a device that ``recompute``s checkpoints each of its blocks."""
     if role == "cu":
-        return EmbeddingStage(model)
+        return EmbeddingStage(model, precision)
     if role == "edge":
-        return HeadStage(model)
+        return HeadStage(model, precision)
     if block_range is None or len(block_range) == 0:
         raise ValueError("a device stage needs a non-empty range of TEBs")
-    return SegmentStage(model, block_range)
+    return SegmentStage(model, block_range, recompute, precision)
 
 
 def materialize(module: nn.Module, weights: Mapping[str, Tensor]) -> None:

@@ -14,8 +14,9 @@ group, builds the model skeleton on the meta device, then serves rounds until to
    the accumulated gradient's (:mod:`collapipe_core.pipeline.gradient_norms`): a rank reports its own
    stage's sums per measured iteration, and the driver adds them over the pipeline's ranks (a tied
    parameter's micro-batch gradients are first added on the CU, which counts it);
-3. FedAvg: each scheduled rank sends its trained parameters to its CU; the CUs all-reduce the
-   data-size-weighted sum in float64 over the CU group; the CU of cluster 0 returns the average;
+3. FedAvg: each scheduled rank sends its trained parameters (only what trains: with LoRA the adapters,
+   :mod:`collapipe_core.federated.exchange`) to its CU; the CUs all-reduce the data-size-weighted sum in
+   float64 over the CU group; the CU of cluster 0 returns the average;
 4. a world barrier (a rank that vanished fails it within the timeout), then the report.
 
 A rank that fails reports the error and exits at once, so that its neighbours see the connection
@@ -42,6 +43,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from collapipe_core.federated.exchange import averaged_keys
 from collapipe_core.gradient_noise import GradientNormSums, is_measured_iteration
 from collapipe_core.models import EncoderStackModel, build_skeleton, loss_for
 from collapipe_core.pipeline.distributed import protocol as p
@@ -133,7 +135,10 @@ class RankWorker:
         self.layout = spec.layout
         self.timeout = timedelta(seconds=spec.timeout_s)
         self.cluster, self.role, self.device_index = self.layout.locate(rank)
-        # shapes and names only, on the meta device; stages are loaded per round
+        t = self.config.training
+        self.precision = t.precision
+        # shapes and names only, on the meta device (adapters and frozen dtypes included); stages are
+        # loaded per round
         self.model: EncoderStackModel = build_skeleton(
             self.config.model,
             spec.src_vocab_size,
@@ -142,14 +147,20 @@ class RankWorker:
             bos_id=spec.bos_id,
             eos_id=spec.eos_id,
             pretrained_dir=spec.pretrained_dir,
+            peft=t.peft,
+            precision=t.precision,
         )
-        self.state_keys = list(self.model.state_dict())
-        self.shapes = StageShapes.measure(self.model, self.config.model, microbatch_size=1)
+        self.state_keys = averaged_keys(self.model)  # what FedAvg averages, in the model's order
+        self.shapes = StageShapes.measure(self.model, self.config.model, 1, self.precision)
         self.loss = loss_for(self.config.model.kind, pad_id=spec.pad_id)
         self.groups: dict[tuple[int, ...], Any] = {}
         self.leaders = dist.new_group(list(self.layout.leader_ranks()), timeout=self.timeout)
-        # tied weights (embedding = LM head): the CU and the edge server of each cluster sum their grads
-        self.tied = {role: tied_locally(self.model, role) for role in ("cu", "edge")}
+        # tied weights (embedding = LM head) that train: the CU and the edge server of each cluster sum
+        # their grads (a frozen tied weight, a LoRA base, has none)
+        self.tied = {
+            role: [n for n in tied_locally(self.model, role) if self.model.get_parameter(n).requires_grad]
+            for role in ("cu", "edge")
+        }
         self.tie_groups = (
             [
                 dist.new_group([self.layout.cu_rank(n), self.layout.edge_rank(n)], timeout=self.timeout)
@@ -210,12 +221,15 @@ class RankWorker:
         stage = task.stage
         assert stage is not None
         role: Role = stage.role
-        module = stage_module(self.model, role, stage.block_range)
+        module = stage_module(
+            self.model, role, stage.block_range, recompute=stage.recompute, precision=self.precision
+        )
         materialize(module, {k: v.to(self.device) for k, v in stage.weights.items()})
-        names = [name for name, _ in module.named_parameters()]
-        optimizer = make_optimizer(self.config, module)
-        if stage.optimizer_state is not None:  # this cluster's moments of these blocks, wherever they were
-            groups = optimizer.state_dict()["param_groups"]
+        names = [name for name, q in module.named_parameters() if q.requires_grad]  # the optimizer's
+        # a stage that trains nothing (a LoRA CU or edge server without modules_to_save) has no optimizer
+        optimizer = make_optimizer(self.config, module) if names else None
+        if optimizer is not None and stage.optimizer_state is not None:  # this cluster's moments of these
+            groups = optimizer.state_dict()["param_groups"]  # blocks, wherever they were
             optimizer.load_state_dict(local_optimizer_state(stage.optimizer_state, names, groups))
         torch.manual_seed(stage.dropout_seed)
         clock = StepClock()
@@ -238,12 +252,9 @@ class RankWorker:
             prefetch,
             self.device,
         )
-        link = (
-            LinkEmulator(stage.send_rate_bps, task.bytes_per_element, self.spec.timeout_s)
-            if stage.send_rate_bps is not None
-            else None
-        )
-        resident = tensor_bytes([*module.parameters(), *_leaves(optimizer.state_dict()["state"])])
+        rate = stage.send_rate_bps
+        link = LinkEmulator(rate, self.spec.timeout_s) if rate is not None else None
+        resident = tensor_bytes([*module.parameters(), *_optimizer_tensors(optimizer)])
         module.train()
         tracker = TensorBytesTracker() if self.spec.track_tensor_bytes else None
         baseline_rss = reset_rss_peak()
@@ -256,7 +267,7 @@ class RankWorker:
             # Python call per op it costs would otherwise slow every iteration's compute
             tracking = tracker if tracker is not None and it == 0 else contextlib.nullcontext()
             with tracking:
-                optimizer.zero_grad(set_to_none=True)
+                module.zero_grad(set_to_none=True)
                 if measuring:
                     probe.start_step()
                 losses: list[Tensor] = []
@@ -281,7 +292,8 @@ class RankWorker:
                         sums = sums + self._tied_norm_sums(probe, tied, stage.cluster, sums)
                     norms_per_step.append((sums.microbatch_sq_sum, sums.step_sq))
                 optimizer_started = time.perf_counter()
-                optimizer.step()
+                if optimizer is not None:
+                    optimizer.step()
                 clock.optimizer_s += time.perf_counter() - optimizer_started
             if role == "edge":
                 losses_per_step.append([float(loss.item()) for loss in losses])
@@ -302,7 +314,7 @@ class RankWorker:
                         [
                             *module.parameters(),
                             *(q.grad for q in module.parameters()),
-                            *_leaves(optimizer.state_dict()["state"]),
+                            *_optimizer_tensors(optimizer),
                         ]
                     )
                 ),
@@ -324,7 +336,7 @@ class RankWorker:
         report.details = clock.details()
         report.optimizer_state = {
             names[i]: {k: _to_cpu(v) for k, v in entry.items()}
-            for i, entry in optimizer.state_dict()["state"].items()
+            for i, entry in (optimizer.state_dict()["state"] if optimizer is not None else {}).items()
         }
         report.losses = losses_per_step
         report.gradient_norms = norms_per_step
@@ -375,22 +387,34 @@ class RankWorker:
     def _aggregate(
         self, task: p.RankTask, plan: ClusterPlan, module: nn.Module, report: p.RankReport
     ) -> None:
-        """FedAvg: gather the cluster's model on its CU, all-reduce the weighted sum over the CUs."""
+        """FedAvg: gather the cluster's trained tensors on its CU, all-reduce the weighted sum over the CUs.
+
+        Only what trains crosses (a tied parameter under each of its names): a rank whose stage trains
+        nothing (a LoRA CU or edge server without modules_to_save) sends nothing. What a rank sent is
+        reported as ``fedavg_upload_bytes``.
+        """
         group = self.groups[plan.ranks]
         cu = plan.ranks[0]
-        own = module.state_dict()  # parameters and buffers, a tied parameter under each of its names
+        state = module.state_dict()
+        own = {name: state[name] for name in averaged_keys(module)}
         if self.role != "cu":
-            dist.send(torch.cat([t.reshape(-1) for t in own.values()]), dst=cu, group=group)
+            if own:
+                flat = torch.cat([t.reshape(-1) for t in own.values()])
+                dist.send(flat, dst=cu, group=group)
+                report.measured["fedavg_upload_bytes"] = float(flat.numel() * flat.element_size())
+            else:
+                report.measured["fedavg_upload_bytes"] = 0.0
             return
         stage = task.stage
         assert stage is not None
         parts: dict[str, Tensor] = dict(own)
         for rank in plan.ranks[1:]:
             _, role, _ = self.layout.locate(rank)
-            shapes = [
-                (n, q.shape, q.dtype)
-                for n, q in stage_module(self.model, role, plan.block_ranges.get(rank)).state_dict().items()
-            ]
+            part = stage_module(self.model, role, plan.block_ranges.get(rank))
+            skeleton = part.state_dict()
+            shapes = [(n, skeleton[n].shape, skeleton[n].dtype) for n in averaged_keys(part)]
+            if not shapes:
+                continue
             flat = torch.empty(sum(s.numel() for _, s, _ in shapes), dtype=shapes[0][2], device=self.device)
             dist.recv(flat, src=rank, group=group)
             for (name, shape, _), piece in zip(
@@ -411,7 +435,10 @@ class RankWorker:
             report.averaged_state = averaged
 
 
-def _leaves(state: dict[int, dict[str, Any]]) -> list[Tensor]:
+def _optimizer_tensors(optimizer: torch.optim.Optimizer | None) -> list[Tensor]:
+    if optimizer is None:
+        return []
+    state = optimizer.state_dict()["state"]
     return [v for entry in state.values() for v in entry.values() if isinstance(v, Tensor)]
 
 
