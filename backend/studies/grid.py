@@ -8,6 +8,8 @@ the cells those runs form.
   that, outermost.
 - A cell is one combination of base and values of every axis except ``seed``: the runs of a cell
   differ by seed only, and its summary is a mean over them.
+- An axis whose value is the same in every cell (``training.rounds: [5]``) is an override: it tells
+  no cells apart, so cell labels leave it out.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from collapipe_core.config import config_json_schema
 
 SEED = "seed"
+BASE = "base"  # the name of the bases as an axis (in a baseline, a figure)
 
 
 @dataclass(frozen=True)
@@ -172,9 +175,35 @@ def reference_cells(cells: Sequence[Cell], baseline: Mapping[str, Any]) -> list[
     references = []
     for cell in cells:
         values = {field: baseline.get(field, value) for field, value in cell.values.items()}
-        references.append(index.get((str(baseline.get("base", cell.base)), _key(values))))
+        references.append(index.get((str(baseline.get(BASE, cell.base)), _key(values))))
     return references
 
 
 def same_value(a: Any, b: Any) -> bool:
     return _key(a) == _key(b)
+
+
+def varying_fields(cells: Sequence[Cell]) -> list[str]:
+    """The axis fields (seed excluded, in axis order) whose value differs between cells."""
+    fields = list(cells[0].values) if cells else []
+    return [f for f in fields if len({_key(c.values.get(f)) for c in cells}) > 1]
+
+
+def overrides(cells: Sequence[Cell]) -> dict[str, Any]:
+    """The axis fields set to one value in every cell, with that value."""
+    varying = set(varying_fields(cells))
+    return {f: v for f, v in (cells[0].values.items() if cells else ()) if f not in varying}
+
+
+def cell_labels(cells: Sequence[Cell]) -> list[str]:
+    """Each cell's label: its base when the study has several (or nothing else tells cells apart), then
+    the last part of each varying field with its value's JSON (``policy="dssda", V=10``)."""
+    varying = varying_fields(cells)
+    several_bases = len({c.base for c in cells}) > 1
+    labels = []
+    for cell in cells:
+        parts = [f"{field.rsplit('.', 1)[-1]}={json.dumps(cell.values[field])}" for field in varying]
+        if several_bases or not parts:
+            parts.insert(0, cell.base)
+        labels.append(", ".join(parts))
+    return labels

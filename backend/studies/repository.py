@@ -63,8 +63,8 @@ def status_counts(session: Session, study_ids: Sequence[int]) -> list[Any]:
 
 
 def runs(session: Session, study_id: int) -> list[Any]:
-    """(id, study_cell, status, rounds_done, total_rounds, error, seed, training section) of the
-    study's runs, in id order (two small parts of each config, not the whole document)."""
+    """(id, study_cell, status, rounds_done, total_rounds, error, seed, training section, executor) of
+    the study's runs, in id order (two small parts of each config, not the whole document)."""
     query = select(
         Run.id,
         Run.study_cell,
@@ -74,6 +74,7 @@ def runs(session: Session, study_id: int) -> list[Any]:
         Run.error,
         Run.config["seed"],
         Run.config["training"],
+        Run.executor,
     ).where(Run.study_id == study_id)
     return list(session.execute(query.order_by(Run.id)).all())
 

@@ -241,9 +241,32 @@ class RegimeMap(BaseModel):
     points: list[RegimePoint]
 
 
+class FigureAxis(BaseModel):
+    field: str = Field(description="an axis whose value differs between cells, or 'base' (the study's bases)")
+    numeric: bool = Field(
+        description="every value is a number: a line per group of cells with its 95 % interval as a band; "
+        "otherwise a bar per value with 95 % whiskers"
+    )
+    log: bool = Field(description="drawn on a log scale: positive numbers spanning 100× or more")
+
+
 class StudyDetail(StudyOut):
     definition: dict[str, Any] = Field(description="the study as submitted (bases, axes, mode, baseline)")
-    axes: list[str] = Field(description="the axes that tell cells apart (seed excluded)")
+    axes: list[str] = Field(description="the axes whose value differs between cells (seed excluded)")
+    overrides: dict[str, JsonValue] = Field(
+        description="the axes set to one value in every cell (e.g. training.rounds), with that value"
+    )
+    figure_axes: list[FigureAxis] = Field(
+        description="what a figure can be drawn against: the varying axes and 'base' with several bases; "
+        "the first is drawn at first (the last axis of numbers, else the last axis)"
+    )
+    trains: bool = Field(
+        description="some run trains a model (its executor is not analytic): eval losses, a target to reach"
+    )
+    series_field: str = Field(
+        description="the round field the round series show at first: eval_loss when runs train, else "
+        "latency_s"
+    )
     seeds: list[int]
     target_eval_loss: float | None
     metrics: list[MetricInfo]

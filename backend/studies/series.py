@@ -19,10 +19,10 @@ from backend.metrics import service as metrics
 from backend.metrics.downsample import MAX_POINTS, Floats, Method, downsample
 from backend.metrics.fields import ROUND_FIELDS, unit_of
 from backend.metrics.schemas import Series
+from backend.studies import grid
 from backend.studies import repository as repo
 from backend.studies.grid import Cell
 from backend.studies.schemas import CellSeries, SeriesX, StudySeries
-from backend.studies.service import cell_label
 
 
 def check_field(field: str) -> None:
@@ -60,9 +60,9 @@ def study_series(
         read = metrics.round_series(session, run.id, [field], None, None, MAX_POINTS, "none")
         members.setdefault(int(run.study_cell), []).append(read.series[field])
     cells = [Cell(int(c["index"]), str(c["base"]), dict(c["values"])) for c in study.cells]
-    several_bases = len({c.base for c in cells}) > 1
+    labels = grid.cell_labels(cells)
     out = []
-    for cell in cells:
+    for cell, label in zip(cells, labels, strict=True):
         rounds, values, elapsed = cell_mean(members[cell.index])
         num_points = len(rounds)
         if x == "round":
@@ -74,7 +74,7 @@ def study_series(
                 index=cell.index,
                 base=cell.base,
                 values=cell.values,
-                label=cell_label(cell, several_bases),
+                label=label,
                 num_runs=len(members[cell.index]),
                 num_points=num_points,
                 round=rounds.tolist(),

@@ -236,13 +236,6 @@ def _run_configs(
     return configs
 
 
-def cell_label(cell: Cell, several_bases: bool) -> str:
-    parts = [f"{field.rsplit('.', 1)[-1]}={json.dumps(value)}" for field, value in cell.values.items()]
-    if several_bases or not parts:
-        parts.insert(0, cell.base)
-    return ", ".join(parts)
-
-
 def create(
     session: Session,
     owner: User,
@@ -294,11 +287,10 @@ def create(
         cells=[c.to_json() for c in plan.cells],
         concurrency=body.concurrency,
     )
-    several = len(bases) > 1
+    labels = grid.cell_labels(plan.cells)
     runs: list[Run] = []
     for planned, config in zip(plan.runs, configs, strict=True):
-        label = cell_label(plan.cells[planned.cell], several)
-        name = f"{body.name} · {label} · seed {config.seed}"[:200]
+        name = f"{body.name} · {labels[planned.cell]} · seed {config.seed}"[:200]
         experiment_id = bases[planned.base].experiment_id
         runs.append(new_run(owner, config, name, experiment_id=experiment_id, study_cell=planned.cell))
     lifecycle.create_study(session, study, runs, wake)

@@ -14,6 +14,7 @@ from backend.errors import InvalidInput
 from backend.jsonsafe import finite
 from backend.studies import figures, grid, regime
 from backend.studies import repository as repo
+from backend.studies.figure_axes import figure_axes
 from backend.studies.grid import Cell
 from backend.studies.schemas import (
     MetricSummary,
@@ -26,7 +27,6 @@ from backend.studies.schemas import (
     StudyProgress,
     StudyStatus,
 )
-from backend.studies.service import cell_label
 from collapipe_core.config import TrainingConfig
 from collapipe_core.intervals import mean_interval
 
@@ -163,16 +163,16 @@ def detail(
                 for name, i in intervals.items()
             }
         )
-    several_bases = len({c.base for c in cells}) > 1
     out_cells = []
-    for cell, summary, reference in zip(cells, summaries, references, strict=True):
+    labels = grid.cell_labels(cells)
+    for cell, label, summary, reference in zip(cells, labels, summaries, references, strict=True):
         base = summaries[reference] if reference is not None else None
         out_cells.append(
             StudyCell(
                 index=cell.index,
                 base=cell.base,
                 values=cell.values,
-                label=cell_label(cell, several_bases),
+                label=label,
                 runs=[
                     StudyCellRun(
                         id=r.id,
@@ -195,10 +195,15 @@ def detail(
         counts[r.status] = (n + 1, done + r.rounds_done, total + r.total_rounds)
     state = progress((status, *c) for status, c in counts.items())
     names = repo.owner_names(session, {study.owner_id} if study.owner_id is not None else set())
+    trains = any(r.executor != "analytic" for r in runs)
     return StudyDetail(
         **_out(study, names.get(study.owner_id) if study.owner_id else None, state),
         definition=study.definition,
-        axes=[a["field"] for a in study.definition.get("axes", []) if a["field"] != grid.SEED],
+        axes=grid.varying_fields(cells),
+        overrides=grid.overrides(cells),
+        figure_axes=figure_axes(cells),
+        trains=trains,
+        series_field="eval_loss" if trains else "latency_s",
         seeds=sorted({int(r[6]) for r in runs}),
         target_eval_loss=target_eval_loss,
         metrics=metrics,

@@ -6,12 +6,15 @@ from __future__ import annotations
 from backend.studies.grid import (
     Axis,
     axis_of,
+    cell_labels,
     expand,
     field_problem,
     num_runs,
     overlapping,
+    overrides,
     reference_cells,
     run_config,
+    varying_fields,
 )
 
 
@@ -80,3 +83,22 @@ def test_each_cell_is_compared_with_the_baseline_cell_of_its_other_values() -> N
         assert cells[reference].base == cell.base
     assert set(reference_cells(cells, {"base": "t", "scheduler.policy": "dssda", "scheduler.V": 1})) == {0}
     assert reference_cells(expand(["t"], [Axis("seed", (1,))], "zip").cells, {"scheduler.V": 1}) == [0]
+
+
+def test_cell_labels_name_the_values_that_tell_cells_apart_and_leave_overrides_out() -> None:
+    axes = [
+        Axis("scheduler.policy", ("dssda", "uniform")),
+        Axis("training.rounds", (5,)),  # an axis of one value: an override of every cell
+        Axis("seed", (1, 2)),
+    ]
+    cells = expand(["transformer"], axes, "grid").cells
+    assert varying_fields(cells) == ["scheduler.policy"]
+    assert overrides(cells) == {"training.rounds": 5}
+    assert cell_labels(cells) == ['policy="dssda"', 'policy="uniform"']
+    # several bases name theirs; a value repeated in every row of a zip is an override too
+    two = expand(["t", "b"], [Axis("scheduler.V", (1, 10)), Axis("training.rounds", (5, 5))], "zip").cells
+    assert cell_labels(two) == ["t, V=1", "t, V=10", "b, V=1", "b, V=10"]
+    assert overrides(two) == {"training.rounds": 5}
+    # nothing varies but the base, or nothing at all: the base names the cell
+    assert cell_labels(expand(["t", "b"], [Axis("training.rounds", (5,))], "grid").cells) == ["t", "b"]
+    assert cell_labels(expand(["t"], [Axis("training.rounds", (5,))], "grid").cells) == ["t"]
