@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 from torch import nn
 
 from collapipe_core.config import ModelConfig, PeftConfig
 from collapipe_core.models import EncoderStackModel, build_model, build_skeleton
 from collapipe_core.models.peft import DEFAULT_TARGETS, SAVABLE, TARGETS, family_of
-from collapipe_core.validation import ConfigError
+from collapipe_core.validation import ConfigError, parse_config
+from collapipe_core.workspace import Workspace
 from tests.core.builders import tiny_config
 from tests.core.models.hf.tiny import VOCAB, hf_config
 
@@ -196,3 +198,15 @@ def test_a_valid_peft_config_parses() -> None:
         training={"peft": {"r": 4, "modules_to_save": ["classifier"]}, "precision": "bf16"},
     )
     assert config.training.peft is not None and config.training.precision == "bf16"
+
+
+def test_lora_on_the_7b_shapes_is_refused_for_a_training_executor_naming_the_model(tmp_path: Path) -> None:
+    # the analytic example's LLaMA-2-7B with LoRA r = 16 in bf16: the cost model may plan it, but a worker
+    # that trains it holds the frozen base of every cluster
+    example = yaml.safe_load((Path(__file__).parents[3] / "examples" / "llama-7b-analytic.yaml").read_text())
+    example["training"] |= {"peft": {"r": 16}, "precision": "bf16"}
+    with pytest.raises(ConfigError) as err:
+        parse_config({**example, "executor": "simulated"}, Workspace(memory_limit_bytes=16 * 2**30))
+    [problem] = err.value.problems
+    assert problem.field == "model"
+    assert "simulated executor would need" in problem.message and "executor: analytic" in problem.message
