@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Row, Select, and_, bindparam, func, select
 from sqlalchemy.orm import Session, aliased
@@ -56,7 +56,12 @@ def get_many(session: Session, run_ids: Sequence[int]) -> list[Run]:
 LIKE_ESCAPE = "/"  # escapes %, _ and itself in a listing's search text
 
 
-def _page_queries(statuses: bool, owner: bool, search: bool) -> tuple[Select[int], Select[*tuple[Any, ...]]]:
+StudyFilter = Literal["", "in", "out", "one"]  # any run; runs of a study; runs of none; one study's
+
+
+def _page_queries(
+    statuses: bool, owner: bool, search: bool, study: StudyFilter = ""
+) -> tuple[Select[int], Select[*tuple[Any, ...]]]:
     """The count and page queries of a listing with these filters, their values left as parameters.
 
     A page's rows (``LISTED_COLUMNS``, then the fields of ``RunListItem`` after them, in order) join
@@ -69,6 +74,12 @@ def _page_queries(statuses: bool, owner: bool, search: bool) -> tuple[Select[int
         conditions.append(Run.owner_id.in_(select(User.id).where(User.username == bindparam("owner"))))
     if search:
         conditions.append(func.lower(Run.name).contains(bindparam("search"), escape=LIKE_ESCAPE))
+    if study == "in":
+        conditions.append(Run.study_id.is_not(None))
+    elif study == "out":
+        conditions.append(Run.study_id.is_(None))
+    elif study == "one":
+        conditions.append(Run.study_id == bindparam("study_id"))
     count = select(func.count(Run.id)).where(*conditions)
     runs = (
         select(*LISTED_COLUMNS)
@@ -116,8 +127,13 @@ def _eval_metric(rounds: Any, name: str) -> Any:
 
 # built once per combination of filters: a listing is a hot path, and building statements was a
 # good part of its cost
+_STUDY_FILTERS: tuple[StudyFilter, ...] = ("", "in", "out", "one")
 _PAGE_QUERIES = {
-    (s, o, q): _page_queries(s, o, q) for s in (False, True) for o in (False, True) for q in (False, True)
+    (s, o, q, t): _page_queries(s, o, q, t)
+    for s in (False, True)
+    for o in (False, True)
+    for q in (False, True)
+    for t in _STUDY_FILTERS
 }
 
 
@@ -135,10 +151,18 @@ def page(
     search: str | None,
     limit: int,
     offset: int,
+    in_study: bool | None = None,
+    study_id: int | None = None,
 ) -> tuple[list[Row[Any]], int]:
-    """One page of runs, newest first, as rows of ``RunListItem``'s fields; and the number matching."""
-    count_query, page_query = _PAGE_QUERIES[bool(statuses), owner is not None, bool(search)]
+    """One page of runs, newest first, as rows of ``RunListItem``'s fields; and the number matching.
+    ``in_study``: only runs of a study (True) or of none (False); ``study_id``: only that study's."""
+    study: StudyFilter = (
+        "one" if study_id is not None else "" if in_study is None else "in" if in_study else "out"
+    )
+    count_query, page_query = _PAGE_QUERIES[bool(statuses), owner is not None, bool(search), study]
     params: dict[str, Any] = {"limit": limit, "offset": offset}
+    if study_id is not None:
+        params["study_id"] = study_id
     if statuses:
         params["statuses"] = list(statuses)
     if owner is not None:

@@ -19,7 +19,7 @@ from backend.deps import (
     WorkspaceDep,
 )
 from backend.errors import ERROR_RESPONSES, ErrorResponse
-from backend.params import IdPath, Limit, Offset, Search
+from backend.params import MAX_ID, IdPath, Limit, Offset, Search
 from backend.runs import model_archive, read_model, service
 from backend.runs.schemas import (
     RunCreate,
@@ -65,9 +65,13 @@ def list_runs(
     search: Search = None,
     limit: Limit = 50,
     offset: Offset = 0,
+    in_study: Annotated[
+        bool | None, Query(description="true: only runs of a study; false: only runs of no study")
+    ] = None,
+    study_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only this study's runs")] = None,
 ) -> RunPage:
     """A page of runs, newest first, each with its owner's name and its latest round's figures."""
-    items, total = service.page(session, status_in, owner, search, limit, offset)
+    items, total = service.page(session, status_in, owner, search, limit, offset, in_study, study_id)
     rows = [RunListItem(**dict(zip(LISTED_FIELDS, row, strict=True))) for row in items]
     return RunPage(items=rows, total=total, limit=limit, offset=offset)
 

@@ -44,9 +44,21 @@ def ensure_exists(session: Session, run_id: int) -> None:
 
 
 def page(
-    session: Session, statuses: Sequence[str], owner: str | None, search: str | None, limit: int, offset: int
+    session: Session,
+    statuses: Sequence[str],
+    owner: str | None,
+    search: str | None,
+    limit: int,
+    offset: int,
+    in_study: bool | None = None,
+    study_id: int | None = None,
 ) -> tuple[list[Row[Any]], int]:
-    return repo.page(session, statuses, owner, search, limit, offset)
+    if study_id is not None and in_study is False:
+        raise InvalidInput(
+            "study_id lists one study's runs and in_study=false hides every study's: give one of them",
+            [{"field": "study_id", "value": study_id, "message": "not with in_study=false"}],
+        )
+    return repo.page(session, statuses, owner, search, limit, offset, in_study, study_id)
 
 
 def check_owner(actor: User, owner_id: int | None, what: str, action: str) -> None:
