@@ -24,6 +24,8 @@ PRESETS = {
     "bert-langid": "BERT language ID (2 × 4 devices)",
     "bart-g2p": "BART grapheme-to-phoneme (2 × 4 devices)",
     "llama-7b-analytic": "LLaMA-2-7B on phones to laptops (cost model, 4 × 8)",
+    "llama-lora-edge": "LLaMA-style LM with LoRA, bf16 and recomputation (2 × 4 small devices)",
+    "llama-7b-lora-analytic": "LLaMA-2-7B with LoRA on phones alone (cost model, 2 × 8)",
 }
 
 

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from collapipe_core import api
+from collapipe_core.validation import ConfigError
 from collapipe_core.cli import app
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -39,6 +40,26 @@ def test_llama_7b_fits_the_devices_only_when_split() -> None:
         api.load_config(EXAMPLES / "llama-7b-analytic.yaml", {"scheduler.policy": "fl"}), 1
     )
     assert not fl[0]["feasible"] and any("needs" in v and "MiB" in v for v in fl[0]["violations"])
+
+
+def test_phones_fine_tune_llama_7b_only_with_lora_and_recomputation_where_memory_needs_it() -> None:
+    """LLaMA-2-7B with LoRA (r 16 on q/k/v/o), bf16 and recomputation chosen per phone: every DSSDA round
+    is feasible and some phones recompute while others do not; full fine-tuning is refused at validation
+    and LoRA without recomputation finds no placement."""
+    path = EXAMPLES / "llama-7b-lora-analytic.yaml"
+    config = api.load_config(path)
+    rows = api.schedule_rounds(config, config.training.rounds)
+    assert [r["feasible"] for r in rows] == [True] * config.training.rounds
+    flags = [
+        [bool(device.get("recompute")) for device in cluster["devices"] if device["num_blocks"] > 0]
+        for cluster in rows[-1]["decision"]["clusters"]
+    ]
+    assert all(any(row) and not all(row) for row in flags), flags
+    with pytest.raises(ConfigError, match="network.memory_bytes"):
+        api.load_config(path, {"training.peft": None})
+    plain = api.load_config(path, {"training.activation_checkpointing": "none"})
+    with pytest.raises(ValueError, match="no placement fits in memory"):
+        api.schedule_rounds(plain, 1)
 
 
 @pytest.mark.slow
