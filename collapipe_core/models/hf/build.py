@@ -15,7 +15,9 @@ Vocabulary: ``model.vocab_size`` if set, else the data's vocabulary (for bart, g
 the number of outputs, the target vocabulary); a pretrained model keeps config.json's. The data's ids
 must fit: a vocabulary larger than the embedding is refused.
 
-Weights are float32 and attention is "sdpa" (:data:`.common.ATTN_IMPLEMENTATION`).
+Weights are float32 and attention is "sdpa" (:data:`.common.ATTN_IMPLEMENTATION`). With ``peft``
+(training.peft) LoRA adapters are injected into the transformers model before it is split
+(:mod:`..peft`); with ``precision`` bf16 the frozen weights are then stored in bf16 (:mod:`..precision`).
 """
 
 from __future__ import annotations
