@@ -1,16 +1,19 @@
 """The ``simulated`` executor: trains the real split model in one process, exactly as the pipeline would.
 
 Per round and cluster n: load the global weights, cut the model by the cluster's segments δ, and run I
-local iterations; each iteration draws a step's samples of the cluster's shard (M·b, or the fixed
-batch B; seeded by run seed, round, cluster and iteration), pushes M micro-batches of b (or B/M) through
-the stages (CU embedding → device segments → edge head) accumulating the gradient of the step's
+local iterations; each iteration draws a step's samples of the cluster's shard (M·b, or the fixed batch
+B; seeded by run seed, round, cluster and iteration), pushes M micro-batches of b (or B/M) through the
+stages (CU embedding → device segments → edge head) accumulating the gradient of the step's
 token-weighted loss (Σ loss terms of all M micro-batches / their number,
-:mod:`collapipe_core.models.losses`: with a fixed batch the step's loss and gradient do not depend on M),
-and takes one optimizer step. The clusters' models are then averaged with FedAvg weighted by data size
-and evaluated on the held-out set. Each cluster keeps its own optimizer state across rounds. Timings,
-energy and memory are the cost model's. The squared gradient norms (per micro-batch and accumulated,
-:mod:`collapipe_core.pipeline.gradient_norms`) of the measured steps, local iterations 0, 2, 4, …
-(:func:`collapipe_core.gradient_noise.is_measured_iteration`), give the round's estimate of the
+:mod:`collapipe_core.models.losses`: with a fixed batch the step's loss and gradient do not depend on
+M), and takes one optimizer step. The stages run in the training precision, and a device recomputes its
+blocks' activations where ``recompute_flags`` says (:mod:`collapipe_core.pipeline.split`). The clusters'
+trainable tensors (with LoRA the adapters: :mod:`collapipe_core.federated.exchange`) are then averaged
+with FedAvg weighted by data size — the frozen weights are never averaged and stay as built — and the
+model is evaluated on the held-out set. Each cluster keeps its own optimizer state across rounds.
+Timings, energy and memory are the cost model's. The squared gradient norms (per micro-batch and
+accumulated, :mod:`collapipe_core.pipeline.gradient_norms`) of the measured steps, local iterations 0,
+2, 4, … (:func:`collapipe_core.gradient_noise.is_measured_iteration`), give the round's estimate of the
 gradient noise (:func:`collapipe_core.gradient_noise.estimate_round`).
 
 The ``fl`` baseline's decisions (mode "replicated", data parallel inside a cluster) compute the same
