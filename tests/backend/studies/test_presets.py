@@ -35,12 +35,18 @@ def _submit(api: Api, body: dict[str, Any]) -> dict[str, Any]:
 def test_the_presets_are_served_and_are_valid_studies(api: Api) -> None:
     served = api.client.get("/api/studies/presets", headers=api.as_("viewer")).json()
     assert {p["name"]: p["description"] != "" for p in served} == {
+        "lora-at-the-edge": True,
         "paper-comparison": True,
         "regime-map": True,
         "v-sweep": True,
     }
     sizes = {p["name"]: _submit(api, p["definition"])["progress"]["runs_total"] for p in served}
-    assert sizes == {"paper-comparison": 2 * 7 * 5, "regime-map": 7 * 3 * 3, "v-sweep": 5 * 3}
+    assert sizes == {
+        "lora-at-the-edge": 2 * 2 * 3 * 2,
+        "paper-comparison": 2 * 7 * 5,
+        "regime-map": 7 * 3 * 3,
+        "v-sweep": 5 * 3,
+    }
 
 
 @pytest.mark.deployments("embedded")
