@@ -57,6 +57,7 @@ MATRIX = [
     Endpoint("GET", "/api/runs/{run}/decisions", "viewer"),
     Endpoint("GET", "/api/runs/{run}/timeline?round=1", "viewer"),
     Endpoint("GET", "/api/runs/{run}/export", "viewer"),
+    Endpoint("GET", "/api/runs/{run}/model", "viewer"),
     Endpoint("GET", "/api/compare?run_ids={run}", "viewer"),
     Endpoint("GET", "/api/studies", "viewer"),
     Endpoint("GET", "/api/studies/presets", "viewer"),
