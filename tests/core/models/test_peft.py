@@ -193,13 +193,6 @@ def test_modules_to_save_must_be_a_classifier_s_head_and_not_a_target() -> None:
     assert "either gets adapters or trains in full" in both["training.peft.modules_to_save"]
 
 
-def test_a_valid_peft_config_parses() -> None:
-    config = tiny_config(
-        training={"peft": {"r": 4, "modules_to_save": ["classifier"]}, "precision": "bf16"},
-    )
-    assert config.training.peft is not None and config.training.precision == "bf16"
-
-
 def test_lora_on_the_7b_shapes_is_refused_for_a_training_executor_naming_the_model(tmp_path: Path) -> None:
     # the analytic example's LLaMA-2-7B with LoRA r = 16 in bf16: the cost model may plan it, but a worker
     # that trains it holds the frozen base of every cluster
