@@ -316,3 +316,5 @@ class StudyPreset(BaseModel):
     name: str
     description: str
     definition: dict[str, Any] = Field(description="a body for POST /api/studies")
+    rounds: int | None = Field(description="the rounds per run the preset is written for")
+    fewer_rounds: str = Field(description="what the preset's runs cut to fewer rounds cannot show, and why")

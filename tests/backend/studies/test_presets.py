@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from backend.studies.presets import PRESETS_DIR, load_study_file
+from backend.studies.presets import PRESETS_DIR, load_study_file, presets
 from bench import paper
 from tests.backend.conftest import Api
 from tests.backend.studies.execution import run_here
@@ -72,3 +72,16 @@ def test_the_paper_comparison_at_the_scenarios_seed_gives_the_figures_of_bench_p
             policy,
         )
         assert all(cell["metrics"][name]["n"] == 1 for name in BENCH_FIGURES)
+
+
+def test_each_preset_says_the_rounds_it_is_meant_for_and_what_fewer_rounds_cannot_show() -> None:
+    served = {p.name: p for p in presets()}
+    assert {name: p.rounds for name, p in served.items()} == {
+        "lora-at-the-edge": 10,  # its training.rounds axis
+        "paper-comparison": 100,  # its bases'
+        "regime-map": 10,
+        "v-sweep": 100,
+    }
+    for name in ("paper-comparison", "regime-map", "v-sweep"):
+        assert len(served[name].fewer_rounds) > 100, name
+    assert all(set(p.definition).isdisjoint({"description", "fewer_rounds"}) for p in served.values())
