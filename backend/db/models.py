@@ -168,6 +168,14 @@ class Run(Base):
     # a run of a study: the study and the index of its cell (backend.studies); None for other runs
     study_id: Mapped[int | None] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"), index=True)
     study_cell: Mapped[int | None] = mapped_column(Integer)
+    # the listing's latest figures, copied from the stored rounds as each is stored (copy_latest_figures
+    # in backend.runtime.repository): the round rounds_done - 1 and the latest evaluated round
+    latest_round: Mapped[int | None] = mapped_column(Integer)
+    latest_latency_s: Mapped[float | None] = mapped_column(Float)
+    latest_eval_round: Mapped[int | None] = mapped_column(Integer)
+    latest_eval_loss: Mapped[float | None] = mapped_column(Float)
+    latest_eval_perplexity: Mapped[float | None] = mapped_column(Float)
+    latest_eval_accuracy: Mapped[float | None] = mapped_column(Float)
 
 
 EVALUATED = "eval_loss IS NOT NULL"

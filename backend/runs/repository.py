@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from sqlalchemy import Row, Select, and_, bindparam, func, select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import Row, Select, bindparam, func, select
+from sqlalchemy.orm import Session
 
-from backend.db.models import RoundMetric, Run, RunEvent, User
+from backend.db.models import Run, RunEvent, User
 
 # what a run listing shows of the row: every column but the configs (JSON documents of several KB
 # each that the list never returns; decoding them was most of a listing's cost)
@@ -30,9 +30,18 @@ LISTED_COLUMNS = (
     Run.fork_round,
     Run.policy,
     Run.executor,
-    Run.V,
+    Run.V.label("V"),  # the attribute's name (its column is v), as RunListItem names it
     Run.num_clusters,
     Run.devices_per_cluster,
+)
+# a listed run's latest round and latest evaluated round, as the run's row holds them
+LATEST_COLUMNS = (
+    Run.latest_round,
+    Run.latest_latency_s,
+    Run.latest_eval_round,
+    Run.latest_eval_loss,
+    Run.latest_eval_perplexity,
+    Run.latest_eval_accuracy,
 )
 
 
@@ -64,9 +73,9 @@ def _page_queries(
 ) -> tuple[Select[int], Select[*tuple[Any, ...]]]:
     """The count and page queries of a listing with these filters, their values left as parameters.
 
-    A page's rows (``LISTED_COLUMNS``, then the fields of ``RunListItem`` after them, in order) join
-    each listed run's latest round and latest evaluated round on the unique (run_id, round); the
-    runs are chosen first, so the joins and lookups touch the page's runs only."""
+    A page's rows are ``LISTED_COLUMNS``, the owner's name and the run's latest figures, the fields of
+    ``RunListItem`` in order: columns of the run's row, which storing a round keeps up to date
+    (``backend.runtime.repository.copy_latest_figures``), so a listing reads no rounds."""
     conditions: list[Any] = []
     if statuses:
         conditions.append(Run.status.in_(bindparam("statuses", expanding=True)))
@@ -81,48 +90,15 @@ def _page_queries(
     elif study == "one":
         conditions.append(Run.study_id == bindparam("study_id"))
     count = select(func.count(Run.id)).where(*conditions)
-    runs = (
-        select(*LISTED_COLUMNS)
+    owner_name = select(User.username).where(User.id == Run.owner_id).scalar_subquery()
+    rows = (
+        select(*LISTED_COLUMNS, owner_name.label("owner_name"), *LATEST_COLUMNS)
         .where(*conditions)
         .order_by(Run.id.desc())
         .limit(bindparam("limit"))
         .offset(bindparam("offset"))
-        .subquery("listed")
-    )
-    latest = aliased(RoundMetric, name="latest")
-    evaluated = aliased(RoundMetric, name="evaluated")
-    owner_name = select(User.username).where(User.id == runs.c.owner_id).scalar_subquery()
-    latest_round = runs.c.rounds_done - 1
-    # through ix_round_metrics_evaluated: one index probe, however many rounds were not evaluated
-    eval_round = (
-        select(func.max(RoundMetric.round))
-        .where(RoundMetric.run_id == runs.c.id, RoundMetric.eval_loss.is_not(None))
-        .scalar_subquery()
-    )
-    rows = (
-        select(
-            *runs.c,
-            owner_name.label("owner_name"),
-            latest.round.label("latest_round"),
-            latest.latency_s.label("latest_latency_s"),
-            evaluated.round.label("latest_eval_round"),
-            evaluated.eval_loss.label("latest_eval_loss"),
-            _eval_metric(evaluated, "eval_perplexity").label("latest_eval_perplexity"),
-            _eval_metric(evaluated, "eval_accuracy").label("latest_eval_accuracy"),
-        )
-        .select_from(
-            runs.outerjoin(latest, and_(latest.run_id == runs.c.id, latest.round == latest_round)).outerjoin(
-                evaluated, and_(evaluated.run_id == runs.c.id, evaluated.round == eval_round)
-            )
-        )
-        .order_by(runs.c.id.desc())
     )
     return count, rows
-
-
-def _eval_metric(rounds: Any, name: str) -> Any:
-    """A round record's ``eval_metrics[name]`` as a float (NULL when the record has none)."""
-    return rounds.record[("eval_metrics", name)].as_float()
 
 
 # built once per combination of filters: a listing is a hot path, and building statements was a

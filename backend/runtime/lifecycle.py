@@ -248,6 +248,7 @@ def record_round(store: RunStore, lease: Lease, result: RoundResult) -> bool:
             session.rollback()
             raise LeaseLost(f"run {lease.run_id}: lease {lease.token!r} was taken over")
         inserted = insert_round(session, lease.run_id, result)
+        repo.copy_latest_figures(session, lease.run_id, index)  # the runs listing's figures
         event = [(lease.run_id, ROUND, round_event(result))] if inserted else []
         appended = _append(session, event)
         crash_point("round-before-commit", index)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, func, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from backend.db.models import Run, RunEvent, Study
+from backend.db.models import RoundMetric, Run, RunEvent, Study
 
 # what a status event reports, read back from the row an UPDATE changed (RETURNING)
 STATUS_COLUMNS = (Run.id, Run.status, Run.rounds_done, Run.total_rounds, Run.error)
@@ -278,6 +278,44 @@ def renew(
         .execution_options(synchronize_session=False)
     )
     return int(result.rowcount) == 1  # type: ignore[attr-defined]
+
+
+def _eval_metric(name: str) -> Any:
+    """A stored round's ``eval_metrics[name]`` as a float (NULL when its record has none)."""
+    return RoundMetric.record[("eval_metrics", name)].as_float()
+
+
+def copy_latest_figures(session: Session, run_id: int, round_index: int) -> None:
+    """Copy the stored round ``round_index`` to its run's listing columns: its index and latency when
+    it is the run's latest round (``rounds_done - 1``), its index, eval loss, perplexity and accuracy
+    when it is evaluated and later than the run's latest evaluated round so far.
+
+    Read from the stored row (a round stored again keeps its first record), so the columns hold what
+    the stored rounds say; every SET sees the run's row as it was before this statement."""
+    stored = RoundMetric
+    latest = Run.rounds_done == round_index + 1
+    later_eval = and_(
+        stored.eval_loss.is_not(None),
+        or_(Run.latest_eval_round.is_(None), Run.latest_eval_round < round_index),
+    )
+    statement = (
+        update(Run)
+        .where(Run.id == run_id, stored.run_id == Run.id, stored.round == round_index)
+        .values(
+            latest_round=case((latest, stored.round), else_=Run.latest_round),
+            latest_latency_s=case((latest, stored.latency_s), else_=Run.latest_latency_s),
+            latest_eval_round=case((later_eval, stored.round), else_=Run.latest_eval_round),
+            latest_eval_loss=case((later_eval, stored.eval_loss), else_=Run.latest_eval_loss),
+            latest_eval_perplexity=case(
+                (later_eval, _eval_metric("eval_perplexity")), else_=Run.latest_eval_perplexity
+            ),
+            latest_eval_accuracy=case(
+                (later_eval, _eval_metric("eval_accuracy")), else_=Run.latest_eval_accuracy
+            ),
+        )
+        .execution_options(synchronize_session=False)
+    )
+    session.execute(statement)
 
 
 def finish(

@@ -1,7 +1,8 @@
 """Migrations: empty → head → step by step down → empty → head, on SQLite and PostgreSQL; models match
 (alembic check); 0002 fills the listing columns of runs stored before it from their configs; 0007
 names the checkpoint file of runs checkpointed before it; after 0008 the database numbers live events
-as they commit, events stored before keeping their ids.
+as they commit, events stored before keeping their ids (0009's backfill of the listing's latest
+figures: tests/backend/runs/test_listing_figures.py).
 
 Also: a SQLite migration runs with foreign keys off, so a batch rebuild of a parent table keeps the
 child rows (they would be cascade-deleted with foreign keys on).
@@ -70,6 +71,8 @@ def test_upgrade_downgrade_upgrade_and_check(empty_database: str) -> None:
     upgrade_to_head(empty_database)
     assert _tables(empty_database) == TABLES
     command.check(alembic_config(empty_database))  # raises if models and migrations disagree
+    downgrade(empty_database, "0008")
+    assert "latest_latency_s" not in _columns(empty_database, "runs")
     downgrade(empty_database, "0007")
     assert "position" not in _columns(empty_database, "run_events")
     downgrade(empty_database, "0006")

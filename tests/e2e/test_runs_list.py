@@ -10,6 +10,7 @@ from sqlalchemy import delete, select
 
 from backend.db.engine import make_engine, make_session_factory
 from backend.db.models import RoundMetric, Run, User
+from backend.runtime.repository import copy_latest_figures
 from tests.e2e.configs import tiny
 from tests.e2e.conftest import Login, counted_api_requests, screenshot
 from tests.e2e.server import USERNAMES, Server
@@ -58,6 +59,8 @@ def listed_runs(server: Server) -> Iterator[list[int]]:
                         eval_loss=0.75 if evaluated else None,
                     )
                 )
+                session.flush()
+                copy_latest_figures(session, run.id, 3)  # as storing the round does
                 ids.append(run.id)
             session.commit()
         yield ids[::-1]

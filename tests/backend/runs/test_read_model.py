@@ -10,6 +10,7 @@ from sqlalchemy import func, select, update
 from backend.db.models import RoundMetric, Run, RunEvent
 from backend.runs.repository import _PAGE_QUERIES
 from backend.runs.schemas import RunListItem
+from backend.runtime.repository import copy_latest_figures
 from tests.backend.builders import tiny_config
 from tests.backend.conftest import Api
 
@@ -41,6 +42,8 @@ def _store_rounds(api: Api, run_id: int, evals: dict[int, dict[str, float]], rou
                 )
             )
         session.execute(update(Run).where(Run.id == run_id).values(rounds_done=rounds, status="running"))
+        for index in range(rounds):  # as storing a round does
+            copy_latest_figures(session, run_id, index)
         session.commit()
 
 
