@@ -31,6 +31,12 @@ subprocess on loopback:
   ``POST /api/runs`` does), 20 times, beside the same with no transaction held. Goal: no round nor
   launch delayed by more than a second (max_ms <= 1000 while held). ``--frozen-outbox-only`` runs
   just this.
+- ``listing_under_streams``: the run listing (about 60 runs stored) at 50, 100 and 200 requests/s
+  for 1 and 2 API processes, with 50 SSE streams open on a run going: p50/p99, answers shed (503)
+  and the time the API takes to answer normally again once each load stops (``recovery_s``);
+  bench/listing_load.py describes it. Goal: p99 <= 100 ms at 200 requests/s with 2 processes.
+  ``--listing-only`` runs just this; ``--profile DIR`` samples the API processes' stacks meanwhile
+  (bench/request_profile.py).
 - ``stream_load``: the service started as ``collapipe serve`` runs it (uvicorn, access log on, and
   a Celery worker for production) with 100 SSE streams opened at once on a running run while the
   run listing is requested 50 times a second for 20 s (tests/integration/stream_load.py, what
@@ -39,6 +45,8 @@ subprocess on loopback:
 
     .venv/bin/python bench/service.py [--events 520] [--rates 200,50] [--seconds 10] [--api-workers 1,2] \
                                       [--no-stream-load] [--without NAME,...]
+    .venv/bin/python bench/service.py --listing-only [--listing-rates 50,100,200] [--api-workers 1,2] \
+                                      [--seconds 10] [--profile DIR]
 
 ``--without`` serves the API with those request-path optimisations switched off
 (bench/tuning_toggles.py names them); bench/tuning_ablation.py measures each one's effect side by
@@ -80,6 +88,7 @@ from backend.runtime.redis_wake import RedisWake  # noqa: E402
 from backend.runtime.wake import NoWake, Wake  # noqa: E402
 from bench import tuning_toggles  # noqa: E402
 from bench.host_cpu import host_busy_s, in_group, is_postgres, process_cpu_s  # noqa: E402
+from bench.listing_load import GOAL_P99_MS, bench_listing  # noqa: E402
 from bench.service_processes import (  # noqa: E402
     REDIS_DB,
     bench_stream_load,
@@ -105,6 +114,7 @@ GOALS = {
     "live_p99_ms": {"redis": 25, "embedded": 150},
     "api_p99_ms_at_200_per_s": 50,
     "stream_load_listing_p99_ms": 250,
+    "listing_under_streams_p99_ms_at_200_per_s_2_processes": GOAL_P99_MS,
 }
 
 
@@ -517,6 +527,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--frozen-outbox-only", action="store_true", help="measure only a worker frozen in its transaction"
     )
     parser.add_argument(
+        "--listing-rates",
+        type=lambda text: [float(r) for r in text.split(",")],
+        default=[50.0, 100.0, 200.0],
+        help="run listing rates with 50 streams and a run going, requests/s",
+    )
+    parser.add_argument("--listing-streams", type=int, default=50, help="SSE streams open meanwhile")
+    parser.add_argument("--listing-runs", type=int, default=60, help="finished runs stored to list")
+    parser.add_argument(
+        "--listing-only", action="store_true", help="measure only the listing with streams and a run going"
+    )
+    parser.add_argument("--no-listing", action="store_true", help="skip the listing with streams (~2 min)")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="directory: the listing scenario's API processes sample their stacks into it",
+    )
+    parser.add_argument(
         "--without",
         type=tuning_toggles.parse,
         default=[],
@@ -548,9 +576,28 @@ def embedded_env(database_url: str, root: Path) -> dict[str, str]:
     }
 
 
+def listing_under_streams(args: argparse.Namespace) -> dict[str, Any]:
+    return bench_listing(
+        args.listing_rates,
+        args.seconds,
+        args.api_workers,
+        args.listing_streams,
+        args.listing_runs,
+        args.without,
+        args.profile,
+        new_run=add_running_run,
+        round_results=round_results,
+    )
+
+
 def main() -> None:
     args = parse_args()
     report: dict[str, Any] = {"args": vars(args), "load_average_at_start": load_average()}
+    if args.listing_only:
+        report["listing_under_streams"] = listing_under_streams(args)
+        report["load_average_at_end"] = load_average()
+        print(json.dumps(report, indent=2, default=str))
+        return
     with fresh_postgres_database("collapipe_bench") as pg_url:
         config, results = round_results(60)
         report["frozen_outbox"] = bench_frozen_outbox(pg_url, results, config)
@@ -571,6 +618,8 @@ def main() -> None:
         report["embedded_sqlite_db_tail"] = measure_stack(
             "embedded", embedded_env(sqlite_url, root), sqlite_url, None, args, root, [1]
         )
+        if not args.no_listing:
+            report["listing_under_streams"] = listing_under_streams(args)
         if not args.no_stream_load:
             report["stream_load"] = {
                 deployment: bench_stream_load(deployment, root, args.without)
@@ -581,7 +630,7 @@ def main() -> None:
         report["ingest_without_wake_postgres"] = bench_ingest(pg_url, NoWake(), results, config)
     report["goals"] = GOALS
     report["load_average_at_end"] = load_average()
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2, default=str))
 
 
 if __name__ == "__main__":

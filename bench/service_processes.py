@@ -19,7 +19,7 @@ import httpx
 from backend.db.engine import make_engine, make_session_factory
 from backend.migrations import upgrade_to_head
 from backend.users.service import bootstrap
-from bench import tuning_toggles
+from bench import request_profile, tuning_toggles
 from tests.backend.builders import PACED_POLICY, TEST_POLICIES, tiny_config
 from tests.integration.processes import BIN, ProcessGroup, Service, free_port, wait_until
 from tests.integration.stream_load import stream_load
@@ -47,17 +47,27 @@ def prepare_database(database_url: str) -> str:
 
 
 def start_api(
-    processes: ProcessGroup, port: int, workers: int, without: list[str], log_level: str = "warning"
+    processes: ProcessGroup,
+    port: int,
+    workers: int,
+    without: list[str],
+    log_level: str = "warning",
+    profile_dir: Path | None = None,
 ) -> Service:
     """uvicorn as ``collapipe serve [--workers N]`` runs it; the app of bench/tuning_toggles.py when
     optimisations are switched off (``without``). ``log_level="info"`` keeps the access log on, as
-    ``collapipe serve`` does; the API measurements run without it, as the tests do."""
+    ``collapipe serve`` does; the API measurements run without it, as the tests do. With
+    ``profile_dir`` each API process samples its own stacks into it (bench/request_profile.py)."""
     factory = "bench.tuning_toggles:create_app" if without else "backend.app:create_app"
+    if profile_dir is not None:
+        factory = "bench.request_profile:create_app"
     argv = [str(BIN / "uvicorn"), factory, "--factory", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--log-level", log_level, "--timeout-graceful-shutdown", "3"]
     if workers > 1:
         argv += ["--workers", str(workers)]
     env = {tuning_toggles.ENV: ",".join(without), "PYTHONPATH": str(REPO)}
+    if profile_dir is not None:
+        env[request_profile.ENV] = str(profile_dir)
     service = processes._start("api", argv, env)
     wait_until(lambda: _answers(f"http://127.0.0.1:{port}/healthz"), 60.0, service.log)
     return service

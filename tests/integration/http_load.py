@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import gc
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -79,8 +80,10 @@ async def paced_load(
     seconds: float,
     connections: int = 32,
     timeout_s: float = 10.0,
+    on_start: Callable[[float], None] | None = None,
 ) -> dict[str, PathStats]:
-    """GET ``paths`` in turn at ``rate`` requests/s for ``seconds``; statistics per path."""
+    """GET ``paths`` in turn at ``rate`` requests/s for ``seconds``; statistics per path.
+    ``on_start`` is told the loop time at which the schedule starts (request 0 is due)."""
     url = urlsplit(base_url)
     host, port = url.hostname or "127.0.0.1", url.port or 80
     header_lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
@@ -97,6 +100,8 @@ async def paced_load(
     gc.freeze()  # until the load ends (see the module's docstring)
     loop = asyncio.get_running_loop()
     start = loop.time() + 0.1
+    if on_start is not None:
+        on_start(start)
     total = int(rate * seconds)
 
     async def one(i: int) -> None:
