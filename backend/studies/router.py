@@ -174,11 +174,12 @@ def export_study(
     baseline_cell: BaselineQuery = None,
 ) -> Response:
     """The summary table (one row per cell) as CSV or Parquet, or the study as a self-contained HTML
-    report (plotly.js inlined: it opens offline)."""
-    detail = summary.detail(session, service.get(session, study_id), target_eval_loss, baseline_cell)
+    report that reads like its page: the table, the figures and the round series (plotly.js inlined: it
+    opens offline)."""
+    body = export.export(session, service.get(session, study_id), format, target_eval_loss, baseline_cell)
     filename = f"study-{study_id}.{format}"
     return Response(
-        export.export(detail, format),
+        body,
         media_type=export.MEDIA_TYPES[format],
         headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
