@@ -71,6 +71,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         await runner.start()
+        preflight.warm()  # the first config check need not wait for the child's imports
         flusher = asyncio.create_task(last_use.flush_periodically(), name="collapipe-last-use")
         settle_after_startup()
         try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import threading
 import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -55,9 +56,6 @@ that imported these once (multiprocessing's forkserver), so a child replaced aft
 in a fraction of a second rather than the seconds torch and transformers take to import."""
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOADED)
-_idle: dict[tuple[str, int | None], tuple[BaseProcess, Connection]] = {}
-"""Children of apps that shut down, kept warm (their caches: corpora, tokenizers) for the next app this
-process builds; they end with the process (daemons)."""
 
 
 def _limit_memory(memory_bytes: int | None) -> None:
@@ -130,55 +128,113 @@ def _serve(connection: Connection, memory_bytes: int | None) -> None:
             connection.send(("error", f"{type(err).__name__}: {err}"[:500]))
 
 
-class _Child:
-    """One child process and the turn of the requests that use it."""
+Key = tuple[str, int | None]  # (the child's work, its memory limit)
+Started = tuple[BaseProcess, Connection]
+STARTUP_TIMEOUT_S = 120.0  # the first child waits for the fork server's imports; no deadline counts
+_idle: dict[Key, Started] = {}
+"""Started children nobody uses: warmed at an app's start, or kept when an app shut down (with their
+caches: corpora, tokenizers) for the next app of this process; they end with the process (daemons)."""
+_warming: dict[Key, threading.Thread] = {}
+_pool = threading.Lock()  # guards _idle and _warming (the event loop's threads and the warming ones)
 
-    STARTUP_TIMEOUT_S = 120.0  # the first child waits for the fork server's imports; no deadline counts
+
+def _start(key: Key) -> Started:
+    name, memory_bytes = key
+    parent, child = _CONTEXT.Pipe()
+    process = _CONTEXT.Process(
+        target=_serve, args=(child, memory_bytes), name=f"collapipe-{name}", daemon=True
+    )
+    process.start()
+    child.close()
+    try:
+        ready = parent.poll(STARTUP_TIMEOUT_S) and parent.recv()[0] == "ready"
+    except (EOFError, OSError):  # it died starting
+        ready = False
+    if not ready:
+        _kill((process, parent))
+        raise Unavailable(f"the {name} process did not start; try again, or see the server log")
+    return process, parent
+
+
+def _kill(started: Started) -> None:
+    process, connection = started
+    process.kill()
+    process.join(timeout=10)
+    connection.close()
+
+
+def _keep(key: Key, started: Started) -> None:
+    """``started`` as the idle child of ``key``, unless there is one."""
+    with _pool:
+        spare = key in _idle or not started[0].is_alive()
+        if not spare:
+            _idle[key] = started
+    if spare:
+        _kill(started)
+
+
+def warm(key: Key) -> None:
+    """Start a child of ``key`` in the background, unless one is idle or starting."""
+    with _pool:
+        if key in _idle or key in _warming:
+            return
+        thread = threading.Thread(target=_warm, args=(key,), name=f"collapipe-warm-{key[0]}", daemon=True)
+        _warming[key] = thread
+    thread.start()
+
+
+def _warm(key: Key) -> None:
+    started: Started | None = None
+    try:
+        started = _start(key)
+    except Exception:  # the first request starts one and reports why it cannot
+        traceback.print_exc()
+    with _pool:
+        _warming.pop(key, None)
+        if started is not None and key not in _idle:
+            _idle[key], started = started, None
+    if started is not None:
+        _kill(started)
+
+
+class _Child:
+    """The child process one kind of work uses, and the turn of the requests that use it."""
 
     def __init__(self, name: str, memory_bytes: int | None) -> None:
-        self.name = name
-        self.memory_bytes = memory_bytes
+        self.key: Key = (name, memory_bytes)
         self.turn = asyncio.Lock()
-        self._process: BaseProcess | None = None
-        self._connection: Connection | None = None
+        self._started: Started | None = None
 
     def ready(self) -> Connection:
-        """The child's end of the pipe, starting the child if it is not running."""
-        if self._process is None or not self._process.is_alive() or self._connection is None:
-            self.stop()
-            kept = _idle.pop((self.name, self.memory_bytes), None)
-            if kept is not None and kept[0].is_alive():
-                self._process, self._connection = kept
-                return kept[1]
-            parent, child = _CONTEXT.Pipe()
-            process = _CONTEXT.Process(
-                target=_serve, args=(child, self.memory_bytes), name=f"collapipe-{self.name}", daemon=True
-            )
-            process.start()
-            child.close()
-            self._process, self._connection = process, parent
-            if not parent.poll(self.STARTUP_TIMEOUT_S) or parent.recv()[0] != "ready":
-                self.stop()
-                raise Unavailable(f"the {self.name} process did not start; try again, or see the server log")
-        return self._connection
+        """The child's end of the pipe: an idle child's, or a new one's (waits for one warming)."""
+        if self._started is not None and self._started[0].is_alive():
+            return self._started[1]
+        self.stop()
+        with _pool:
+            warming = _warming.get(self.key)
+        if warming is not None:
+            warming.join(STARTUP_TIMEOUT_S)
+        with _pool:
+            kept = _idle.pop(self.key, None)
+        if kept is not None and kept[0].is_alive():
+            self._started = kept
+        else:
+            if kept is not None:
+                _kill(kept)
+            self._started = _start(self.key)
+        return self._started[1]
 
     def stop(self) -> None:
         """Kill the child (past a deadline, out of memory, or its request cancelled)."""
-        if self._process is not None:
-            self._process.kill()
-            self._process.join(timeout=10)
-        if self._connection is not None:
-            self._connection.close()
-        self._process = self._connection = None
+        if self._started is not None:
+            _kill(self._started)
+        self._started = None
 
     def release(self) -> None:
-        """The app shuts down: keep an idle child for the next app of this process."""
-        key = (self.name, self.memory_bytes)
-        if self._process is not None and self._process.is_alive() and key not in _idle:
-            assert self._connection is not None
-            _idle[key] = (self._process, self._connection)
-            self._process = self._connection = None
-        self.stop()
+        """The app shuts down: its child, idle, is kept for the next app of this process."""
+        if self._started is not None:
+            _keep(self.key, self._started)
+        self._started = None
 
 
 class PreflightProcess:
@@ -267,6 +323,11 @@ class PreflightProcess:
             )
             detail = "too large for the server's check"
         return InvalidInput(message, [{"field": PROBLEM, "value": None, "message": detail}])
+
+    def warm(self) -> None:
+        """The app's start: start the checks' child in the background, so that the first check need
+        not wait for the fork server's imports (seconds)."""
+        warm(self._checks.key)
 
     def stop(self) -> None:
         """The app's shutdown: its children, idle, are kept for the next app this process builds (tests
