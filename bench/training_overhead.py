@@ -1,7 +1,9 @@
 """What the split costs in training time: the ``simulated`` executor against plain loops, side by side.
 
-For a builtin model (the quickstart's encoder-decoder) and a transformers model (the llm-causal
-example's LLaMA-style decoder), one round of the same decision (uniform segments, M micro-batches of
+For a builtin model (the quickstart's encoder-decoder), a transformers model (the llm-causal example's
+LLaMA-style decoder) and that model trained as LLMs are trained at the edge — LoRA adapters from the peft
+library (r 8 on q/k/v/o_proj, the rest frozen) in fp32, in bf16 mixed precision, and in bf16 with every
+block's activations recomputed —, one round of the same decision (uniform segments, M micro-batches of
 b samples, I local iterations per cluster) is trained four ways, interleaved (each repeat runs every
 way once, in a rotated order) and repeated; per way the median time per training sample and the
 spread (min–max) over the repeats are printed, and the ratios:
@@ -13,7 +15,10 @@ spread (min–max) over the repeats are printed, and the ratios:
 - ``plain_accumulated``: the same unsplit model in one plain loop over the same micro-batches,
   ``loss.sum(chunk) / N`` backward per micro-batch, one optimizer step (goal: simulated_train at
   most 1.05 × this). For a transformers model that is the transformers model itself, called as its
-  users call it (``model(input_ids, attention_mask).logits``), not the split parts;
+  users call it (``model(input_ids, attention_mask).logits``), not the split parts; with LoRA the same
+  peft-adapted model (the adapters peft injects, the base frozen), in bf16 under the same CPU autocast with
+  its frozen base stored in bf16, and with recomputation through transformers' own
+  ``gradient_checkpointing_enable`` (non-reentrant): a plain peft training loop at the same precision;
 - ``plain_full_batch``: the same samples as one batch (the cost of micro-batching itself);
 - ``simulated_train_no_noise`` / ``simulated_round_no_noise``: the simulated executor without its
   gradient noise measurement (its ``GradientNormProbe`` replaced by one without hooks), so that the
@@ -21,7 +26,7 @@ spread (min–max) over the repeats are printed, and the ratios:
   measurement's work is inside ``simulated_train``: the hooks run in the backward passes and the
   probe's ``finish_step`` (the accumulated gradient's norm) is timed with the training steps.
 
-One torch thread. Print: ``.venv/bin/python bench/training_overhead.py [--repeats 7]``
+One torch thread. Print: ``.venv/bin/python bench/training_overhead.py [--repeats 7] [--models NAME ...]``
 """
 
 from __future__ import annotations
@@ -49,13 +54,21 @@ from collapipe_core.decision import Decision  # noqa: E402
 from collapipe_core.gradient_noise import GradientNormSums  # noqa: E402
 from collapipe_core.models import split_targets  # noqa: E402
 from collapipe_core.models.losses import source_mask  # noqa: E402
+from collapipe_core.models.precision import autocast, to_loss  # noqa: E402
 from collapipe_core.pipeline import simulated as simulated_module  # noqa: E402
 from collapipe_core.pipeline.simulated import SimulatedExecutor, make_optimizer  # noqa: E402
 from collapipe_core.state import RoundState, build_environment, observe  # noqa: E402
 
-MODELS = {
+LORA = {"training.peft": {"method": "lora", "r": 8, "alpha": 16}}
+MODELS: dict[str, tuple[str, dict[str, Any]]] = {
     "builtin seq2seq (quickstart)": ("examples/quickstart.yaml", {}),
     "transformers llama (llm-causal)": ("examples/llm-causal.yaml", {}),
+    "llama + LoRA (fp32)": ("examples/llm-causal.yaml", LORA),
+    "llama + LoRA, bf16": ("examples/llm-causal.yaml", {**LORA, "training.precision": "bf16"}),
+    "llama + LoRA, bf16, recomputation": (
+        "examples/llm-causal.yaml",
+        {**LORA, "training.precision": "bf16", "training.activation_checkpointing": "all"},
+    ),
 }
 
 
@@ -136,6 +149,11 @@ class Plain:
         self.executor = executor
         self.model = copy.deepcopy(executor.model)
         self.hf_model = getattr(self.model, "hf_model", None)  # the transformers model the parts wrap
+        self.precision = executor.config.training.precision
+        if self.hf_model is not None and executor.config.training.activation_checkpointing == "all":
+            self.hf_model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         self.optimizers = [make_optimizer(executor.config, self.model) for _ in executor.bundle.shards]
 
     def logits(self, src: torch.Tensor, mask: torch.Tensor, dec_in: torch.Tensor | None) -> torch.Tensor:
@@ -145,8 +163,9 @@ class Plain:
         kwargs: dict[str, Any] = {"input_ids": src, "attention_mask": mask.long(), "use_cache": False}
         if dec_in is not None:
             kwargs["decoder_input_ids"] = dec_in
-        logits: torch.Tensor = self.hf_model(**kwargs).logits
-        return logits
+        with autocast(self.precision):
+            logits: torch.Tensor = self.hf_model(**kwargs).logits
+        return to_loss(logits, self.precision)
 
     def round(self, state: RoundState, decision: Decision, microbatched: bool) -> float:
         ex, settings = self.executor, state.settings
@@ -170,8 +189,8 @@ class Plain:
         return time.perf_counter() - started
 
 
-def measure(path: str, repeats: int) -> dict[str, Any]:
-    config = api.load_config(REPO / path, {"executor": "simulated"})
+def measure(path: str, overrides: dict[str, Any], repeats: int) -> dict[str, Any]:
+    config = api.load_config(REPO / path, {"executor": "simulated", **overrides})
     bundle = load_dataset(config)
     env = build_environment(config, bundle.src_vocab_size, bundle.tgt_vocab_size, None)
     executor = SimulatedExecutor(config, bundle)
@@ -248,9 +267,11 @@ def measure(path: str, repeats: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--models", nargs="*", choices=list(MODELS), help="default: every model")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    report = {name: measure(path, args.repeats) for name, (path, _) in MODELS.items()}
+    parser_models = args.models or list(MODELS)
+    report: dict[str, Any] = {name: measure(*MODELS[name], repeats=args.repeats) for name in parser_models}
     report["threads"] = torch.get_num_threads()
     print(json.dumps(report, indent=2))
 

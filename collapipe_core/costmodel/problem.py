@@ -25,11 +25,13 @@ depend on M):
 - the memory constants: what a micro-batch keeps through one TEB, a micro-batch's receive buffers 2·P/8.
 
 Memory of a scheduled device (:func:`device_memory_bytes`, ``in_flight_microbatches``):
-δ_k·(S + n_k·A_k) + W + 2·M·P/8 + runtime overhead, with S = a TEB's weights as stored + the trainable
+δ_k·(S + n_k·A_k) + W_k + 2·M·P/8 + runtime overhead, with S = a TEB's weights as stored + the trainable
 ones' gradients and optimizer state, A_k what one micro-batch keeps through one TEB until its backward
-(b·a + a_0 measured; with recomputation b·a' + a'_0, the TEB's inputs), W = b·a + a_0 the working set of
-the TEB whose backward runs (recomputed or not), n_k the micro-batches in flight (GPipe M, 1F1B
-min(C − i, M) for the device at chain position i of C compute stages).
+(b·a + a_0 measured; with recomputation b·a' + a'_0, the TEB's inputs), W_k the working set of the TEB
+whose backward runs — W = b·a + a_0, and 2·W on a device that recomputes: the TEB's activations are
+rematerialised beside its backward's own working set (the distributed ranks' measured peaks,
+docs/distributed.md) —, n_k the micro-batches in flight (GPipe M, 1F1B min(C − i, M) for the device at
+chain position i of C compute stages).
 
 **Activation recomputation** (``training.activation_checkpointing``; :attr:`RoundProblem.recompute`, the
 devices that recompute, (..., N, K)): a recomputing device's TEB keeps A' instead of A and its backward
@@ -383,7 +385,8 @@ class RoundProblem:
     ) -> FloatArray:
         """:func:`device_memory_bytes` of δ (..., K) on the devices ``scheduled`` (their chain sets the 1F1B
         in-flight micro-batches, :func:`in_flight_microbatches`) with M (...); ``recompute`` (broadcasting
-        against δ; default :attr:`recompute`) the devices that keep only their TEBs' inputs."""
+        against δ; default :attr:`recompute`) the devices that keep only their TEBs' inputs and
+        rematerialise one TEB's activations in backward."""
         m = np.asarray(micro)
         b = np.asarray(self.samples(m))[..., None]
         in_flight = in_flight_microbatches(scheduled.astype(np.int64), m, self.schedule)
@@ -393,6 +396,7 @@ class RoundProblem:
         if flags is not None:
             again = b * self.recompute_activation_bytes + self.recompute_activation_fixed_bytes
             kept = np.where(flags, again, working)
+            working = np.where(flags, 2.0 * working, working)
         return device_memory_bytes(
             delta,
             in_flight,

@@ -26,8 +26,8 @@ devices work in parallel (data parallelism). Per cluster n with m_n participants
 - energy: E_k = κ·f_k²·cycles_k + p_k·(I·2·x_k·P + L·B)/r_k + p_prev_k·out_k·B_opt/r_prev_k, cycles over
   I iterations of x_k samples (the shares form one micro-batch each).
 - memory: L·(weights + grads + optimizer state) + L·(x_k·a + a_0) (what the TEBs keep for backward) +
-  overhead; under ``training.activation_checkpointing: all`` a participant keeps L·(x_k·a' + a'_0) and one
-  TEB's working set, and its backward runs the forward again (x_k·L·(Φ'_B − Φ_B) + L·Φ_0 FLOPs).
+  overhead; under ``training.activation_checkpointing: all`` a participant keeps L·(x_k·a' + a'_0) and
+  twice one TEB's working set, and its backward runs the forward again (x_k·L·(Φ'_B − Φ_B) + L·Φ_0 FLOPs).
 - convergence term and objective as for a pipeline (:mod:`~collapipe_core.costmodel.closed_form`).
 """
 
@@ -139,13 +139,14 @@ def evaluate_replicated(state: RoundState, pr: RoundProblem, decision: Decision)
 def replicated_memory_bytes(pr: RoundProblem, share: npt.ArrayLike) -> FloatArray:
     """Memory of a device training all L TEBs on ``share`` samples per step (the module docstring's
     formula): L·(state + share·a + a_0) + overhead; a recomputing participant keeps L·(share·a' + a'_0) and
-    the working set of one TEB, share·a + a_0."""
+    twice the working set of one TEB, share·a + a_0 (its activations rematerialised beside its backward's
+    working set)."""
     x = np.asarray(share, dtype=np.float64)
     working = x * pr.block_activation_bytes + pr.activation_fixed_bytes
     kept = pr.num_blocks * working
     if pr.recompute is not None:
         again = pr.num_blocks * (x * pr.recompute_activation_bytes + pr.recompute_activation_fixed_bytes)
-        kept = np.where(pr.recompute, again + working, kept)
+        kept = np.where(pr.recompute, again + 2.0 * working, kept)
     memory: FloatArray = pr.num_blocks * pr.block_state_bytes + kept + pr.overhead_bytes
     return memory
 

@@ -281,11 +281,6 @@ def test_recomputation_lowers_every_device_s_measured_peak(lora_run: LoraRun) ->
 
 
 @pytest.mark.distributed
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cost model's device memory with recomputation is below the measured peak (1.3-1.4x): "
-    "remove this mark when its terms are fitted",
-)
 def test_the_modeled_device_memory_is_within_20_percent_of_the_measured_peak(lora_run: LoraRun) -> None:
     ratios = {}
     for t in (1, 2):  # after the warm-up round

@@ -59,11 +59,12 @@ def test_a_recomputing_device_pays_a_forward_again_and_keeps_only_its_inputs() -
     cycles = it * m * pr.num_blocks * again / sc.flops_per_cycle[0, first]
     energy = sc.kappa * sc.cpu_hz[0, first] ** 2 * cycles
     assert with_flags.energy_j[0, first] - without.energy_j[0, first] == pytest.approx(energy, rel=1e-9)
-    # memory: every in-flight micro-batch keeps each TEB's inputs instead of its activations
+    # memory: every in-flight micro-batch keeps each TEB's inputs instead of its activations, and the TEB
+    # whose backward runs has its activations rematerialised beside its working set (one more of them)
     kept = b * prof.block_activation_bytes + prof.block_activation_fixed_bytes
     kept_again = b * prof.block_recompute_activation_bytes + prof.block_recompute_activation_fixed_bytes
     in_flight = m  # GPipe
-    saved = pr.num_blocks * in_flight * (kept - kept_again)
+    saved = pr.num_blocks * in_flight * (kept - kept_again) - kept
     assert without.memory_bytes[0, first] - with_flags.memory_bytes[0, first] == pytest.approx(
         saved, rel=1e-9
     )
@@ -126,7 +127,6 @@ def test_none_never_recomputes_and_all_recomputes_on_every_scheduled_device() ->
         ev_none = evaluate(_with(state, "none"), none)
         on = none.num_blocks() > 0
         assert np.all(ev_all.compute_s[on] > ev_none.compute_s[on])  # every scheduled device recomputes
-        assert np.all(ev_all.memory_bytes[on] < ev_none.memory_bytes[on])
     # auto: the baselines decide without recomputing, so the devices they over-fill do not fit
     auto = _with(state, "auto")
     uniform = get_policy("uniform").decide(auto)
