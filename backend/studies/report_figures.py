@@ -155,6 +155,7 @@ def figure_against(study: StudyDetail, metric: MetricInfo, axis: FigureAxis) -> 
         },
         yaxis={"title": {"text": _y_title(metric.name, metric.unit)}, **axis_format(metric.unit)},
         showlegend=len(groups) > 1,
+        legend={"traceorder": "normal"},  # the groups' order (a band's fill would reverse it)
         height=380,
         **({} if axis.numeric else {"barmode": "group"}),
     )

@@ -73,14 +73,15 @@ export const API_CONTRACT = {
     "items[].progress.runs_total", "items[].num_cells", "items[].owner_name", "items[].created_at"
   ],
   "POST /api/studies": ["id"],
-  "GET /api/studies/presets": ["[].name", "[].description", "[].definition"],
+  "GET /api/studies/presets": ["[].name", "[].description", "[].definition", "[].rounds", "[].fewer_rounds"],
   "GET /api/studies/{study_id}": [
     "name", "axes", "last_event_id", "metrics[].name", "metrics[].unit", "metrics[].description",
     "progress.status", "progress.runs_done", "progress.runs_total", "progress.rounds_done",
     "progress.rounds_total", "progress.runs_by_status", "cells[].index", "cells[].label",
     "cells[].base", "cells[].values", "cells[].baseline_cell", "cells[].ratios",
     "cells[].metrics{}.mean", "cells[].metrics{}.ci95_low", "cells[].metrics{}.ci95_high",
-    "cells[].metrics{}.n", "cells[].runs[].id", "cells[].runs[].seed", "cells[].runs[].status"
+    "cells[].metrics{}.n", "cells[].runs[].id", "cells[].runs[].seed", "cells[].runs[].status",
+    "overrides", "figure_axes[].field", "figure_axes[].numeric", "figure_axes[].log", "trains", "series_field"
   ],
   "GET /api/studies/{study_id}/series": [
     "field", "x", "unit", "fields", "cells[].index", "cells[].label", "cells[].round",

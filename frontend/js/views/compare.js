@@ -4,10 +4,13 @@
 // at first the one the compared runs have, in EVAL_PREFERENCE's order (perplexity for causal LMs).
 // With a target eval loss (?target= in the address), the table has each run's modeled time to it.
 // The curves are drawn against the round or the modeled elapsed time ("X axis", as on the run view).
+// The picker finds runs by name and hides or picks study runs ("Studies"); both are kept in the address
+// (&search=, &study=) so pressing "Compare" keeps them. The baseline is chosen by run name.
 
-import { get } from '../api.js';
+import { get, qs } from '../api.js';
 import { EVAL_PREFERENCE } from '../run-info.js';
 import { h, clear, statusBadge, uid } from '../dom.js';
+import { studyFilter, studyParams } from '../study/study-filter.js';
 import { formatNumber, formatPercent, formatRatio, formatValue } from '../format.js';
 import {
   PLOT_CONFIG, X_AXES, baseLayout, plotText, plotly, purge, savedXAxis, seriesColor, xAxisControl, xAxisLayout,
@@ -54,7 +57,10 @@ export function mountCompare(main, { query }) {
 
   const searchId = uid('compare-search');
   const baselineId = uid('compare-baseline');
-  const search = h('input', { id: searchId, type: 'search', placeholder: 'name contains…' });
+  const search = h('input', { id: searchId, type: 'search', placeholder: 'name contains…', value: query.get('search') || '' });
+  let study = query.get('study') || ''; // '', 'none', 'any' or a study id
+  const studies = studyFilter(study, (value) => { study = value; loadPicker(); });
+  const names = new Map(); // run id → name, from the picker's pages and the comparison
   const baselineSelect = h('select', { id: baselineId });
   const targetId = uid('compare-target');
   const targetInput = h('input', { id: targetId, type: 'number', min: 0, step: 'any', placeholder: 'none', value: target,
@@ -69,6 +75,7 @@ export function mountCompare(main, { query }) {
     h('section.panel', { 'aria-label': 'Pick runs' },
       h('div.filters', {},
         h('div.control', {}, h('label', { for: searchId }, 'Find runs'), search),
+        studies.control,
         h('div.control', {}, h('label', { for: baselineId }, 'Baseline'), baselineSelect),
         h('div.control', {}, h('label', { for: targetId }, 'Target eval loss'), targetInput),
         compareButton, exportButton),
@@ -83,22 +90,28 @@ export function mountCompare(main, { query }) {
     clear(baselineSelect);
     const ids = [...chosen].sort((a, b) => a - b);
     if (!ids.length) baselineSelect.append(h('option', { value: '' }, 'pick runs first'));
-    for (const id of ids) baselineSelect.append(h('option', { value: id, selected: id === baseline }, `#${id}`));
+    for (const id of ids) {
+      baselineSelect.append(h('option', { value: id, selected: id === baseline }, names.has(id) ? `${names.get(id)} (#${id})` : `#${id}`));
+    }
     if (!ids.includes(baseline)) baseline = ids[0] || null;
     baselineSelect.value = baseline ? String(baseline) : '';
     compareButton.disabled = ids.length < 1;
   }
 
+  let pickerRequest = 0;
   async function loadPicker() {
+    const ticket = ++pickerRequest; // a slower earlier answer (another search or filter) never overwrites a later one
     let page;
     try {
-      page = await get('/api/runs', { search: search.value.trim() || undefined, limit: 100 });
+      page = await get('/api/runs', { search: search.value.trim() || undefined, ...studyParams(study), limit: 100 });
     } catch (error) {
-      clear(pickList).append(h('tr', {}, h('td.empty', { colspan: 5 }, error.message)));
+      if (ticket === pickerRequest) clear(pickList).append(h('tr', {}, h('td.empty', { colspan: 5 }, error.message)));
       return;
     }
-    if (closed) return;
+    if (closed || ticket !== pickerRequest) return;
     clear(pickList);
+    for (const run of page.items) names.set(run.id, run.name);
+    renderBaselineOptions();
     for (const run of page.items) {
       const box = h('input', { type: 'checkbox', checked: chosen.has(run.id), 'aria-label': `Compare run ${run.id} ${run.name}`, 'data-run-id': run.id });
       box.addEventListener('change', () => {
@@ -213,6 +226,8 @@ export function mountCompare(main, { query }) {
       return;
     }
     if (closed) return;
+    for (const row of lastResult.runs) names.set(row.run_id, row.name);
+    renderBaselineOptions();
     clear(results).append(renderTable(lastResult));
     exportButton.disabled = false;
     results.dataset.ready = 'true';
@@ -226,7 +241,8 @@ export function mountCompare(main, { query }) {
   compareButton.addEventListener('click', () => {
     const ids = [...chosen].sort((a, b) => a - b).join(',');
     const typed = targetInput.value.trim();
-    const address = `#/compare?ids=${ids}${baseline ? `&baseline=${baseline}` : ''}${typed ? `&target=${encodeURIComponent(typed)}` : ''}`;
+    const kept = qs({ search: search.value.trim(), study, target: typed }).slice(1); // the picker's search and filter stay
+    const address = `#/compare?ids=${ids}${baseline ? `&baseline=${baseline}` : ''}${kept ? `&${kept}` : ''}`;
     if (location.hash === address) runCompare();
     else location.hash = address;
   });

@@ -10,6 +10,7 @@ import { subscribe } from '../live.js';
 import { runActions } from '../run-actions.js';
 import { can, user } from '../session.js';
 import { listedEval } from '../run-info.js';
+import { studyFilter, studyParams } from '../study/study-filter.js';
 
 const PAGE = 50;
 const POLL_MS = 2500;
@@ -20,6 +21,7 @@ export function mountRuns(main, { query }) {
     status: query.get('status') || '',
     search: query.get('search') || '',
     mine: query.get('mine') === '1',
+    study: query.get('study') || '', // '', 'none', 'any' or a study id (study/study-filter.js)
     offset: 0,
     total: 0,
     items: [],
@@ -36,6 +38,7 @@ export function mountRuns(main, { query }) {
     STATUSES.map((s) => h('option', { value: s, selected: s === state.status }, s)));
   const searchInput = h('input', { id: searchId, type: 'search', placeholder: 'name contains…', value: state.search });
   const mineBox = h('input', { id: mineId, type: 'checkbox', checked: state.mine });
+  const studies = studyFilter(state.study, (value) => { state.study = value; state.offset = 0; load(); });
   const compareButton = h('button.btn', { type: 'button', disabled: true }, 'Compare selected');
   const launchLink = can('operator') ? h('a.btn.btn-primary', { href: '#/launch' }, 'Launch a run') : null;
   const tbody = h('tbody');
@@ -47,6 +50,7 @@ export function mountRuns(main, { query }) {
     h('div.filters', { role: 'search' },
       h('div.control', {}, h('label', { for: statusId }, 'Status'), statusSelect),
       h('div.control', {}, h('label', { for: searchId }, 'Search'), searchInput),
+      studies.control,
       h('div.checkbox', {}, mineBox, h('label', { for: mineId }, 'only my runs'))),
     h('div.table-wrap', {},
       h('table', { 'aria-label': 'Runs' },
@@ -127,6 +131,7 @@ export function mountRuns(main, { query }) {
       status: state.status || undefined,
       search: state.search.trim() || undefined,
       owner: state.mine ? user().username : undefined,
+      ...studyParams(state.study),
       limit: PAGE,
       offset: state.offset,
     };

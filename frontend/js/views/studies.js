@@ -1,6 +1,8 @@
 // Studies: every study with its status and progress (GET /api/studies), and for operators a
 // launcher of the server's presets (GET /api/studies/presets → POST /api/studies), with an optional
-// number of rounds per run for a quicker look. A study's own page is #/studies/{id} (views/study.js).
+// number of rounds per run for a quicker look: fewer rounds than the preset is written for are said to
+// show only the start of each run, with the preset's own word on what they cannot show. A study's own
+// page is #/studies/{id} (views/study.js).
 
 import { get, post } from '../api.js';
 import { h, clear, progressBar, statusBadge, uid } from '../dom.js';
@@ -14,11 +16,20 @@ export function withRounds(definition, rounds) {
   return { ...definition, axes: [...axes, { field: 'training.rounds', values: [rounds] }] };
 }
 
+/** What ``rounds`` per run cannot show of ``preset`` (fewer than it is written for), or '' when nothing. */
+export function fewerRoundsNote(preset, rounds) {
+  if (!preset || !preset.rounds || !Number.isInteger(rounds) || rounds < 1 || rounds >= preset.rounds) return '';
+  const why = preset.fewer_rounds || 'Its figures are meant as means over the whole run.';
+  return `This preset is written for ${preset.rounds} rounds per run: ${rounds} show only the start of each run, `
+    + `not the comparison it is for. ${why}`;
+}
+
 function launcher() {
-  const ids = { preset: uid('study-preset'), rounds: uid('study-rounds'), error: uid('study-error') };
+  const ids = { preset: uid('study-preset'), rounds: uid('study-rounds'), error: uid('study-error'), note: uid('study-rounds-note') };
   const preset = h('select', { id: ids.preset, disabled: true }, h('option', { value: '' }, 'loading…'));
   const about = h('p.small.muted', { 'aria-live': 'polite' });
-  const rounds = h('input', { id: ids.rounds, type: 'text', inputmode: 'numeric', placeholder: 'as in the preset', autocomplete: 'off' });
+  const rounds = h('input', { id: ids.rounds, type: 'text', inputmode: 'numeric', placeholder: 'as in the preset', autocomplete: 'off', 'aria-describedby': ids.note });
+  const note = h('p.small', { id: ids.note, 'data-role': 'fewer-rounds', 'aria-live': 'polite', hidden: true });
   const error = h('div.error-summary', { id: ids.error, role: 'alert', hidden: true });
   const submit = h('button.btn.btn-primary', { type: 'submit', disabled: true }, 'Launch study');
   let presets = [];
@@ -29,8 +40,13 @@ function launcher() {
   const show = () => {
     const chosen = presets.find((p) => p.name === preset.value);
     about.textContent = chosen ? chosen.description : '';
+    rounds.placeholder = chosen?.rounds ? `${chosen.rounds}, as in the preset` : 'as in the preset';
+    const text = rounds.value.trim();
+    note.textContent = fewerRoundsNote(chosen, text === '' ? null : Number(text));
+    note.hidden = !note.textContent;
   };
   preset.addEventListener('change', show);
+  rounds.addEventListener('input', show);
   get('/api/studies/presets').then((list) => {
     presets = list;
     clear(preset).append(...list.map((p) => h('option', { value: p.name }, p.definition?.name || p.name)));
@@ -61,7 +77,7 @@ function launcher() {
     }
   });
   return h('section.panel', { 'aria-labelledby': 'study-launch-title' },
-    h('h2', { id: 'study-launch-title' }, 'Launch a study'), form, about, error);
+    h('h2', { id: 'study-launch-title' }, 'Launch a study'), form, note, about, error);
 }
 
 export function mountStudies(main) {

@@ -1,19 +1,21 @@
 // One study (#/studies/{id}): its progress, live from GET /api/studies/{id}/events (the `study`
 // frames), the regime map when the study asks for one (DSSDA against the best budget-holding baseline
 // over two axes, a heatmap), the summary table per cell (mean ± 95 % interval over seeds, ratios to a
-// chosen baseline cell, the time to a target eval loss), a figure against one axis with its interval
-// as a band, the round series per cell (GET /api/studies/{id}/series: one line per cell against the
-// round or the modeled time), exports (CSV, Parquet, the self-contained HTML report), and cancel /
-// resume for operators.
+// chosen baseline cell, the time to a target eval loss when the runs train), the overrides every cell
+// shares (a one-value axis such as training.rounds), a figure against one of its figure axes (a band
+// against numbers, bars with whiskers against policies or bases), the round series per cell
+// (GET /api/studies/{id}/series: one line per cell against the round or the modeled time, a linear or
+// log y axis), exports (CSV, Parquet, the self-contained HTML report that reads like this page), a link
+// to its runs in the runs list, and cancel / resume for operators.
 
 import { get, post, qs } from '../api.js';
 import { h, clear, progressBar, statusBadge, toast, uid } from '../dom.js';
 import { subscribe } from '../live.js';
 import { purge } from '../plot.js';
 import { mayAct } from '../session.js';
-import { drawCiPlot, numericAxes } from '../study/ci-plot.js';
+import { BASE, drawCiPlot, valueText } from '../study/ci-plot.js';
 import { drawRegimeMap } from '../study/regime-map.js';
-import { SERIES_X, drawSeriesPlot } from '../study/series-plot.js';
+import { SERIES_X, SERIES_Y, drawSeriesPlot } from '../study/series-plot.js';
 import { summaryTable } from '../study/summary-table.js';
 
 const RELOAD_EVERY_MS = 1500; // live: the summaries (and the round series) are read again at most this often
@@ -37,6 +39,9 @@ export function mountStudy(main, { studyId }) {
   const actions = h('div.row');
   const baseline = h('select', {}, h('option', { value: '' }, 'the study\'s own'));
   const target = h('input', { type: 'number', min: '0', step: 'any', placeholder: 'none', inputmode: 'decimal' });
+  const targetControl = control('Target eval loss', target); // shown when the study's runs train
+  targetControl.hidden = true;
+  const overrides = h('p.small', { id: 'study-overrides', hidden: true });
   const metric = h('select');
   const axis = h('select');
   const exportLinks = h('div.row', { id: 'study-exports' });
@@ -49,26 +54,30 @@ export function mountStudy(main, { studyId }) {
     h('h2', { id: 'study-regime-title' }, 'Regime map'), regimeNote, regimeCharts);
   const seriesField = h('select');
   const seriesX = h('select', {}, SERIES_X.map(([value, text]) => h('option', { value }, text)));
+  const seriesY = h('select', {}, SERIES_Y.map(([value, text]) => h('option', { value }, text)));
   const seriesNote = h('p.small.muted');
   const seriesPlot = h('div.chart', { id: 'study-series-plot', role: 'img', 'aria-label': 'round series, one line per cell' });
-  let seriesFieldChosen = false; // until the user picks a field: eval_loss if the runs evaluate, else latency_s
+  let seriesFieldChosen = false; // until the user picks a field: the study's series_field
+  let lastSeries = null;
   let seriesRequest = 0;
   const page = h('div', { id: 'study-page' },
     h('p.small', {}, h('a', { href: '#/studies' }, '← Studies')),
     h('div.page-head', {}, title, status),
-    h('section.panel', {}, progress, actions),
+    h('section.panel', {}, progress, actions,
+      h('p.small', {}, h('a', { href: `#/runs?study=${studyId}` }, 'Its runs in the runs list')), overrides),
     regimeSection,
     h('section.panel', { 'aria-labelledby': 'study-table-title' },
       h('h2', { id: 'study-table-title' }, 'Summary per cell'),
       h('p.small.muted', {}, 'Mean over the cell\'s seeds ± the half width of its Student-t 95 % interval; × is the ratio of the mean to the baseline cell\'s.'),
-      h('div.filters', {}, control('Baseline cell', baseline), control('Target eval loss', target)), table, exportLinks),
+      h('div.filters', {}, control('Baseline cell', baseline), targetControl), table, exportLinks),
     h('section.panel', { 'aria-labelledby': 'study-plot-title' },
       h('h2', { id: 'study-plot-title' }, 'Figure against an axis'),
       h('div.filters', {}, control('Figure', metric), control('Against', axis)), plotNote, plot),
     h('section.panel', { 'aria-labelledby': 'study-series-title' },
       h('h2', { id: 'study-series-title' }, 'Round series per cell'),
       h('p.small.muted', {}, 'One line per cell: the mean over the cell\'s seeds at every round all its runs have; modeled time is Σ latency_s up to the round, averaged the same way.'),
-      h('div.filters', {}, control('Field', seriesField), control('X axis', seriesX)), seriesNote, seriesPlot));
+      h('div.filters', {}, control('Field', seriesField), control('X axis', seriesX), control('Y axis', seriesY)),
+      seriesNote, seriesPlot));
   main.append(page);
 
   function renderProgress(p) {
@@ -107,9 +116,11 @@ export function mountStudy(main, { studyId }) {
     if ((p.runs_by_status.failed || 0) + (p.runs_by_status.cancelled || 0) > 0) actions.append(button('resume', `/api/studies/${studyId}/resume`));
   }
 
-  /** The summary's query: the baseline cell and the target eval loss (left out when empty or invalid). */
+  /** The summary's query: the baseline cell and the target eval loss (left out when empty, invalid or
+   * the runs train nothing). */
   function params() {
-    return { baseline_cell: baseline.value, target_eval_loss: target.validity.valid ? target.value : '' };
+    const trains = detail ? detail.trains : true;
+    return { baseline_cell: baseline.value, target_eval_loss: trains && target.validity.valid ? target.value : '' };
   }
 
   function renderExports() {
@@ -136,24 +147,24 @@ export function mountStudy(main, { studyId }) {
     clear(baseline).append(h('option', { value: '' }, 'the study\'s own'),
       ...detail.cells.map((c) => h('option', { value: c.index }, c.label)));
     baseline.value = chosen;
+    targetControl.hidden = !detail.trains; // an analytic study trains nothing: no eval loss to reach
+    const shared = Object.entries(detail.overrides);
+    overrides.hidden = !shared.length;
+    overrides.textContent = `Every cell: ${shared.map(([field, value]) => `${field} = ${valueText(value)}`).join('; ')}`;
     table.replaceChildren(summaryTable(detail));
     renderExports();
-    const drawable = detail.metrics.filter((m) => detail.cells.some((c) => c.metrics[m.name]));
+    const drawable = detail.metrics.filter((m) => detail.cells.some((c) => (c.metrics[m.name]?.mean ?? null) !== null));
     fillSelect(metric, drawable.map((m) => [m.name, m.name]), 'mean_latency_s');
-    const axes = numericAxes(detail);
-    fillSelect(axis, axes.map((a) => [a, a]), axes[axes.length - 1]);
+    const axes = detail.figure_axes;
+    fillSelect(axis, axes.map((a) => [a.field, a.field === BASE ? 'base (the scenarios)' : a.field]), axes[0]?.field);
     drawPlot();
     drawRegime();
     page.dataset.ready = 'true';
   }
 
-  function defaultSeriesField() {
-    return detail.cells.some((c) => c.metrics.final_eval_loss?.n > 0) ? 'eval_loss' : 'latency_s';
-  }
-
   async function loadSeries() {
     if (!detail) return;
-    const field = seriesFieldChosen && seriesField.value ? seriesField.value : defaultSeriesField();
+    const field = seriesFieldChosen && seriesField.value ? seriesField.value : detail.series_field;
     const ticket = ++seriesRequest; // a slower earlier answer never overwrites a later one
     try {
       const answer = await get(`/api/studies/${studyId}/series`, { field, x: seriesX.value, max_points: SERIES_POINTS });
@@ -162,7 +173,8 @@ export function mountStudy(main, { studyId }) {
         seriesField.replaceChildren(...answer.fields.map((f) => h('option', { value: f }, f)));
       }
       seriesField.value = answer.field;
-      const drawn = drawSeriesPlot(seriesPlot, answer);
+      lastSeries = answer;
+      const drawn = drawSeriesPlot(seriesPlot, answer, seriesY.value);
       seriesNote.textContent = drawn ? '' : `No round of ${answer.field} that every run of a cell has yet.`;
     } catch (error) {
       if (!closed && ticket === seriesRequest) seriesNote.textContent = `Cannot read the round series: ${error.message}`;
@@ -179,14 +191,16 @@ export function mountStudy(main, { studyId }) {
 
   function drawPlot() {
     const info = detail.metrics.find((m) => m.name === metric.value);
-    if (!info || !axis.value) {
-      plotNote.textContent = 'This study has no axis of numbers to draw against.';
+    const against = detail.figure_axes.find((a) => a.field === axis.value);
+    if (!info || !against) {
+      plotNote.textContent = !against ? 'Every cell of this study has the same values: there is no axis to draw against.'
+        : 'No figure has a value yet.';
       plot.hidden = true;
       return;
     }
     plot.hidden = false;
     plotNote.textContent = '';
-    drawCiPlot(plot, detail, info, axis.value);
+    drawCiPlot(plot, detail, info, against);
   }
 
   async function load() {
@@ -244,6 +258,9 @@ export function mountStudy(main, { studyId }) {
     loadSeries();
   });
   seriesX.addEventListener('change', loadSeries);
+  seriesY.addEventListener('change', () => {
+    if (lastSeries) drawSeriesPlot(seriesPlot, lastSeries, seriesY.value);
+  });
   metric.addEventListener('change', drawPlot);
   axis.addEventListener('change', drawPlot);
   load().then((answer) => {

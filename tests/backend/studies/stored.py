@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.db.models import RoundMetric, Run, Study
+from backend.runtime.repository import copy_latest_figures
 from backend.studies import grid
 from backend.studies.grid import Axis, Cell
 
@@ -80,5 +81,7 @@ def store_study(
                         eval_loss=loss,
                     )
                 )
+                session.flush()
+                copy_latest_figures(session, run.id, r)  # as storing the round does
         session.commit()
         return study.id
