@@ -82,14 +82,19 @@ def test_a_page_of_50_runs_is_one_request(login: Login, server: Server, listed_r
     newest, oldest = (
         page.locator(f"tr[data-run-id='{run_id}'] td") for run_id in (listed_runs[0], listed_runs[-1])
     )
-    # select, run, status, progress, policy, V, clusters × devices, round, latency, eval, owner
+    # select, run, status, progress, policy, V, clusters × devices, latency, eval, owner: rounds are
+    # counted as the progress counts them, no round's 0-based index (3) beside "4/4"
+    assert "Round" not in page.locator("thead th").all_text_contents()
+    expect(newest.nth(3)).to_have_text("4/4")
     expect(newest.nth(5)).to_have_text("50")
     expect(newest.nth(6)).to_have_text("2 × 4")
-    expect(newest.nth(7)).to_have_text("3")
-    expect(newest.nth(8)).to_have_text("250 ms")
-    expect(newest.nth(9)).to_have_text("—")  # not evaluated
-    expect(newest.nth(10)).to_have_text("otto")
+    expect(newest.nth(7)).to_have_text("250 ms")
+    expect(newest.nth(7)).to_have_attribute("title", "latency_s of the last of 4 rounds done")
+    expect(newest.nth(8)).to_have_text("—")  # not evaluated
+    expect(newest.nth(9)).to_have_text("otto")
+    assert "3" not in newest.all_inner_texts()
     expect(oldest.nth(5)).to_have_text("1")
-    expect(oldest.nth(9)).to_contain_text("0.5")  # its eval_accuracy
-    expect(oldest.nth(9)).to_contain_text("accuracy")
+    expect(oldest.nth(8)).to_contain_text("0.5")  # its eval_accuracy
+    expect(oldest.nth(8)).to_contain_text("accuracy")
+    expect(oldest.nth(8)).to_have_attribute("title", "eval_accuracy after 4 of 4 rounds")
     screenshot(page, "runs-list-50")

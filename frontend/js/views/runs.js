@@ -1,5 +1,5 @@
-// Runs list: status, progress, policy, V, clusters × devices, current round, latest latency and eval
-// metric, owner — all from one GET /api/runs per page; filter and search; live from the status
+// Runs list: status, progress (rounds done of all), policy, V, clusters × devices, latest latency and
+// eval metric, owner — all from one GET /api/runs per page; filter and search; live from the status
 // stream (GET /api/runs/events), with a light refresh of the page while runs are active (the status
 // stream carries status changes, not rounds).
 
@@ -56,7 +56,7 @@ export function mountRuns(main, { query }) {
       h('table', { 'aria-label': 'Runs' },
         h('thead', {}, h('tr', {},
           h('th', {}, h('span', { class: 'sr-only' }, 'select')), h('th', {}, 'Run'), h('th', {}, 'Status'), h('th', {}, 'Progress'),
-          h('th', {}, 'Policy'), h('th.num', {}, 'V'), h('th', {}, 'Clusters × devices'), h('th.num', {}, 'Round'),
+          h('th', {}, 'Policy'), h('th.num', {}, 'V'), h('th', {}, 'Clusters × devices'),
           h('th.num', {}, 'Latency'), h('th.num', {}, 'Eval'), h('th', {}, 'Owner'), h('th', {}, 'Created'), h('th', {}, 'Actions'))),
         tbody)),
     pager,
@@ -79,7 +79,6 @@ export function mountRuns(main, { query }) {
       policy: h('td', {}, run.policy),
       V: h('td.num', {}, formatNumber(run.V)),
       shape: h('td', {}, `${run.num_clusters} × ${run.devices_per_cluster}`),
-      round: h('td.num', {}, currentRound(run)),
       latency: h('td.num', {}, '—'),
       evalCell: h('td.num', {}, '—'),
       owner: h('td', {}, run.owner_name ?? '—'),
@@ -92,7 +91,7 @@ export function mountRuns(main, { query }) {
     const cells = cellsFor(run);
     const tr = h('tr', { 'data-run-id': run.id },
       h('td', {}, cells.select), cells.name, cells.status, cells.progress, cells.policy, cells.V, cells.shape,
-      cells.round, cells.latency, cells.evalCell, cells.owner, cells.created, cells.actions);
+      cells.latency, cells.evalCell, cells.owner, cells.created, cells.actions);
     const row = { tr, cells, run };
     rows.set(run.id, row);
     updateRow(row, run);
@@ -106,11 +105,12 @@ export function mountRuns(main, { query }) {
     const { cells } = row;
     clear(cells.status).append(statusBadge(row.run.status));
     clear(cells.progress).append(progressBar(row.run.rounds_done, row.run.total_rounds));
-    cells.round.textContent = currentRound(row.run);
     cells.latency.textContent = formatValue(row.run.latest_latency_s, 's');
+    // rounds as the progress counts them (12/12), never a round's 0-based index beside that count
+    cells.latency.title = row.run.rounds_done ? `latency_s of the last of ${row.run.rounds_done} rounds done` : '';
     const figure = listedEval(row.run);
     clear(cells.evalCell).append(figure ? formatNumber(figure.value) : '—');
-    cells.evalCell.title = figure ? `${figure.name}, round ${figure.round}` : '';
+    cells.evalCell.title = figure ? `${figure.name} after ${figure.round + 1} of ${row.run.rounds_done} rounds` : '';
     if (figure) cells.evalCell.append(h('div.small.muted', {}, figure.name.replace('eval_', '')));
     clear(cells.actions).append(runActions(row.run, { onChanged: scheduleReload }));
   }
@@ -209,9 +209,4 @@ export function mountRuns(main, { query }) {
       clearTimeout(searchTimer);
     },
   };
-}
-
-function currentRound(run) {
-  if (run.rounds_done === 0) return '—';
-  return String(run.rounds_done - 1);
 }
