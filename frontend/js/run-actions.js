@@ -1,6 +1,6 @@
 // Cancel, resume, fork and delete of a run — shown only to those who may use them (its owner, an
-// operator, or an admin: cancel/resume/fork; admin: delete). The API refuses them anyway. And the
-// download of its trained model, for everyone who may read the run.
+// operator, or an admin: cancel/resume/fork; admin: delete). The API refuses them anyway. Cancel and
+// delete ask first. And the download of its trained model, for everyone who may read the run.
 
 import { ApiError, del, get, post } from './api.js';
 import { h, toast, uid } from './dom.js';
@@ -31,7 +31,11 @@ export function runActions(run, { onChanged = () => {} } = {}) {
     const cancel = h('button.btn.btn-small.btn-danger', {
       type: 'button', 'aria-label': `Cancel run ${run.id}`, 'data-action': 'cancel', disabled: run.cancel_requested,
     }, label);
-    cancel.addEventListener('click', () => act(cancel, () => post(`/api/runs/${run.id}/cancel`)));
+    cancel.addEventListener('click', () => {
+      const when = run.status === 'queued' ? 'It will not start' : 'It stops after the round in progress';
+      const question = `Cancel run ${run.id} (${run.name})? ${when}; the rounds done are kept, and Resume continues it.`;
+      if (window.confirm(question)) act(cancel, () => post(`/api/runs/${run.id}/cancel`));
+    });
     box.append(cancel);
   }
   if (RESUMABLE.includes(run.status)) {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Route, expect
+from playwright.sync_api import Dialog, Route, expect
 
 from tests.e2e.configs import tiny
 from tests.e2e.conftest import FinishedRuns, Login, counted_api_requests, screenshot
@@ -131,7 +131,30 @@ def test_cancel_a_running_run(login: Login, server: Server) -> None:
         f"() => window.collapipeStats.draws.some(d => d.runId === {run_id})", timeout=30_000
     )
 
+    # cancel asks first: dismissed, nothing is sent; accepted, the run is cancelled
+    questions: list[str] = []
+
+    def answer(dialog: Dialog) -> None:
+        questions.append(dialog.message)
+        if len(questions) == 1:
+            dialog.dismiss()
+        else:
+            dialog.accept()
+
+    page.on("dialog", answer)
+    cancels = counted_api_requests(page)
     page.get_by_role("button", name=f"Cancel run {run_id}").click()
+    assert questions == [
+        f"Cancel run {run_id} (to cancel)? It stops after the round in progress; the rounds done are kept, "
+        "and Resume continues it."
+    ]
+    page.wait_for_timeout(300)  # a request the click sent would be on its way
+    assert not [url for url in cancels if url.endswith("/cancel")], cancels
+    with server.client() as client:
+        assert client.get(f"/api/runs/{run_id}").json()["cancel_requested"] is False
+    expect(page.locator(".page-head .status")).to_have_text("running")
+    page.get_by_role("button", name=f"Cancel run {run_id}").click()
+    assert len(questions) == 2
     expect(page.locator(".page-head .status")).to_have_text("cancelled", timeout=30_000)
     expect(page.get_by_role("button", name=f"Resume run {run_id}")).to_be_visible()
     run = server.wait_for_run(run_id, ("cancelled",))
