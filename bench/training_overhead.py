@@ -18,7 +18,7 @@ spread (min–max) over the repeats are printed, and the ratios:
   users call it (``model(input_ids, attention_mask).logits``), not the split parts; with LoRA the same
   peft-adapted model (the adapters peft injects, the base frozen), in bf16 under the same CPU autocast with
   its frozen base stored in bf16, and with recomputation through transformers' own
-  ``gradient_checkpointing_enable`` (non-reentrant): a plain peft training loop at the same precision;
+  ``activation_checkpointing_enable`` (non-reentrant): a plain peft training loop at the same precision;
 - ``plain_full_batch``: the same samples as one batch (the cost of micro-batching itself);
 - ``simulated_train_no_noise`` / ``simulated_round_no_noise``: the simulated executor without its
   gradient noise measurement (its ``GradientNormProbe`` replaced by one without hooks), so that the
@@ -151,8 +151,8 @@ class Plain:
         self.hf_model = getattr(self.model, "hf_model", None)  # the transformers model the parts wrap
         self.precision = executor.config.training.precision
         if self.hf_model is not None and executor.config.training.activation_checkpointing == "all":
-            self.hf_model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
+            self.hf_model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False}
             )
         self.optimizers = [make_optimizer(executor.config, self.model) for _ in executor.bundle.shards]
 

@@ -54,6 +54,7 @@ MATRIX = [
     Endpoint("GET", "/api/runs/events", "viewer", streams=True),
     Endpoint("GET", "/api/runs/{run}/rounds", "viewer"),
     Endpoint("GET", "/api/runs/{run}/devices", "viewer"),
+    Endpoint("GET", "/api/runs/{run}/rounds/1/devices", "viewer"),
     Endpoint("GET", "/api/runs/{run}/decisions", "viewer"),
     Endpoint("GET", "/api/runs/{run}/timeline?round=1", "viewer"),
     Endpoint("GET", "/api/runs/{run}/export", "viewer"),

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from collapipe_core import api
-from collapipe_core.validation import ConfigError
 from collapipe_core.cli import app
+from collapipe_core.validation import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -55,7 +55,7 @@ def test_phones_fine_tune_llama_7b_only_with_lora_and_recomputation_where_memory
         for cluster in rows[-1]["decision"]["clusters"]
     ]
     assert all(any(row) and not all(row) for row in flags), flags
-    with pytest.raises(ConfigError, match="network.memory_bytes"):
+    with pytest.raises(ConfigError, match=r"network\.memory_bytes"):
         api.load_config(path, {"training.peft": None})
     plain = api.load_config(path, {"training.activation_checkpointing": "none"})
     with pytest.raises(ValueError, match="no placement fits in memory"):
