@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/collapipe serve
+	$(BIN)/collapipe serve $(if $(PORT),--port $(PORT))
 
 quickstart: $(STAMP)
 	$(BIN)/collapipe run examples/quickstart.yaml --out runs/quickstart

@@ -40,7 +40,8 @@ def prepare(settings: Settings) -> list[str]:
     if report.admin_password is not None:
         lines += [
             f"created the first admin: username {report.admin_username!r}, password {report.admin_password}",
-            "  (shown once) log in at POST /api/auth/login, then change it: POST /api/auth/password",
+            f"  (shown once) log in to the dashboard at {url}: it asks you to choose your own password first"
+            ' (later: "Change password" in its header)',
         ]
     if report.token_installed:
         lines.append("COLLAPIPE_BOOTSTRAP_TOKEN is an admin API token: send 'Authorization: Bearer <token>'")

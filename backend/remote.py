@@ -20,18 +20,20 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from collapipe_core.cli import stdout_console
 from collapipe_core.progress import progress_bar
 
 remote_app = typer.Typer(no_args_is_help=True, help="Use a CollaPipe server: submit, ls, watch, export")
 study_app = typer.Typer(no_args_is_help=True, help="Studies on a CollaPipe server: submit, watch, export")
 remote_app.add_typer(study_app, name="study")
-console = Console()
 err_console = Console(stderr=True)
 
 Server = Annotated[str, typer.Option(envvar="COLLAPIPE_SERVER", help="server URL")]
 Token = Annotated[str | None, typer.Option(envvar="COLLAPIPE_TOKEN", help="API token")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="print JSON")]
 DEFAULT_SERVER = "http://127.0.0.1:8000"
+SUBMIT_TIMEOUT_S = 300.0  # the server checks a config within its own deadline (60 s by default), and
+# its first check after a start may wait for the checker process to come up
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
@@ -81,18 +83,21 @@ def submit(
     server: Server = DEFAULT_SERVER,
     token: Token = None,
     json_output: JsonFlag = False,
+    rounds: Annotated[int | None, typer.Option(help="override training.rounds")] = None,
 ) -> None:
-    """Validate a config locally, submit it as a run and print the run id."""
-    from collapipe_core.validation import ConfigError, load_config
+    """Submit a config as a run and print the run id.
+
+    The file is only parsed here and sent as written: the server validates it, reads the files it
+    names from its own data directory and fills in the defaults."""
+    from collapipe_core.cli import read_config
+    from collapipe_core.validation import ConfigError
 
     try:
-        config = load_config(config_path)
+        config = read_config(config_path, {"training.rounds": rounds})
     except ConfigError as err:
         raise _fail(f"{config_path}: {err}") from None
-    with _client(server, token) as client:
-        run = _request(
-            client, "POST", "/api/runs", json={"config": config.model_dump(mode="json", by_alias=True)}
-        ).json()
+    with _client(server, token, timeout_s=SUBMIT_TIMEOUT_S) as client:
+        run = _request(client, "POST", "/api/runs", json={"config": config}).json()
     print(json.dumps({"run_id": run["id"]}) if json_output else run["id"])
 
 
@@ -122,7 +127,7 @@ def list_runs(
             r["executor"],
             r["created_at"][:19],
         )
-    console.print(table)
+    stdout_console().print(table)
 
 
 def _sse(response: httpx.Response) -> Iterator[tuple[str | None, str, dict[str, Any]]]:
@@ -178,7 +183,7 @@ def watch(
                 except httpx.TransportError:
                     continue  # reconnect with Last-Event-ID
         final = _request(client, "GET", f"/api/runs/{run_id}").json()
-    console.print(
+    stdout_console().print(
         f"run {run_id}: {final['status']} ({final['rounds_done']}/{final['total_rounds']} rounds)"
         + (f" — {final['error']}" if final.get("error") else "")
     )
@@ -396,7 +401,7 @@ def watch_study(
         print(json.dumps({"study_id": study_id, "final": state}), flush=True)
     else:
         counts = ", ".join(f"{n} {status}" for status, n in sorted(state["runs_by_status"].items()))
-        console.print(
+        stdout_console().print(
             f"study {study_id}: {state['status']} ({state['runs_done']}/{state['runs_total']} runs: "
             f"{counts}; {state['rounds_done']}/{state['rounds_total']} rounds)",
             highlight=False,

@@ -6,12 +6,14 @@ Bad input exits with status 2 and one clear message (no traceback).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -27,7 +29,15 @@ app.add_typer(config_app, name="config")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks of the repository's bench/ folder")
 app.add_typer(bench_app, name="bench")
 err_console = Console(stderr=True)
-console = Console()
+UNLIMITED_WIDTH = 100_000  # columns of output that is not a terminal: tables and lines keep their width
+
+
+def stdout_console() -> Console:
+    """Standard output for tables and lines: a terminal's width, or (a pipe, a file) no limit unless
+    COLUMNS sets one; rich would fold and cut everything to 80 columns."""
+    wide = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    return Console(width=UNLIMITED_WIDTH if wide else None)
+
 
 ConfigPath = Annotated[Path, typer.Argument(help="experiment config (YAML or JSON)")]
 
@@ -42,6 +52,41 @@ def _load(path: Path, overrides: dict[str, Any]) -> Any:
         return load_config(path, {k: v for k, v in overrides.items() if v is not None})
     except ConfigError as err:
         raise _fail(f"{path}: {err}") from None
+
+
+def read_config(path: Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The config file's own mapping, parsed but not validated: only what the file sets (comments are
+    not kept), with ``overrides`` (dotted field -> value; None leaves the field alone) set in it.
+
+    ConfigError naming the file when it cannot be read or parsed, or holds no mapping."""
+    from collapipe_core.validation import ConfigProblem, read_yaml
+
+    def refused(message: str, field: str = "(file)", value: Any = None) -> ConfigError:
+        return ConfigError([ConfigProblem(field, str(path) if value is None else value, message)])
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise refused(f"cannot read the config: {err.strerror}") from None
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else read_yaml(text)
+    except (ValueError, yaml.YAMLError) as err:
+        raise refused(f"not valid YAML/JSON: {err}") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise refused(f"must be a mapping of sections (network:, model:, ...), not a {type(data).__name__}")
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        *parents, leaf = dotted.split(".")
+        node = data
+        for depth, key in enumerate(parents, start=1):
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                field = ".".join(parents[:depth])
+                raise refused(f"must be a mapping to set {dotted}", field, node)
+        node[leaf] = value
+    return data
 
 
 @app.command()
@@ -88,14 +133,20 @@ def run(
             highlight=False,
         )
     if json_output:
-        summary = runner.run(on_round=lambda r: print(json.dumps(r.to_json()), flush=True))
-        print(json.dumps({"summary": vars(summary)}))
+        _run_printing_json(runner)
     else:
         summary = _run_with_progress(runner, config.name, start, config.training.rounds)
         _print_summary(summary, sinks[0])
     runner.sink.close()
     if out is not None:
         _export(config, runner, out / "model")
+
+
+def _run_printing_json(runner: Any) -> None:
+    """What ``--json`` prints: one ``{"round": {...}, "devices": [...]}`` per round, then
+    ``{"summary": {...}}``."""
+    summary = runner.run(on_round=lambda r: print(json.dumps(r.to_json()), flush=True))
+    print(json.dumps({"summary": vars(summary)}), flush=True)
 
 
 def _export(config: Any, runner: Any, directory: Path) -> None:
@@ -137,6 +188,7 @@ def _run_with_progress(runner: Any, name: str, start: int, total: int) -> Any:
 
 
 def _print_summary(summary: Any, memory_sink: Any) -> None:
+    console = stdout_console()
     results = memory_sink.results
     metrics = sorted({k for r in results for k in r.round.eval_metrics})
     table = Table(title="Per round (latency, energy, memory modeled; losses from real training)")
@@ -193,25 +245,36 @@ def schedule(
     config_path: ConfigPath,
     policy: Annotated[str | None, typer.Option(help="policy name or package.module:Class")] = None,
     rounds: Annotated[int, typer.Option(help="rounds to schedule")] = 10,
-    json_output: Annotated[bool, typer.Option("--json", help="one JSON object per round")] = False,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="what run --json prints: one JSON object per round, then a summary"),
+    ] = False,
 ) -> None:
-    """Print each round's decision and its modeled latency, energy, memory and objective (no training);
-    each round starts from the placement the one before left, so moved blocks are charged."""
-    from collapipe_core.api import schedule_rounds
+    """Print each round's decision and its modeled latency, energy, memory and objective: the config
+    run with the analytic executor (no training); each round starts from the placement the one before
+    left, so moved blocks are charged."""
+    from collapipe_core.runner import Runner
+    from collapipe_core.sinks import FanOutSink
 
-    config = _load(config_path, {"scheduler.policy": policy})
+    overrides = {"executor": "analytic", "training.rounds": rounds, "scheduler.policy": policy}
+    config = _load(config_path, overrides)
+    console = stdout_console()
+
+    def print_round(result: Any) -> None:
+        r = result.round
+        console.print(
+            f"round {r.round:>4}  objective {r.objective:.4f}  latency {r.latency_s:.4f} s  "
+            f"moved {r.blocks_moved}  M {r.num_microbatches}  "
+            f"blocks {[[d['num_blocks'] for d in c['devices']] for c in r.decision['clusters']]}",
+            highlight=False,
+        )
+
     try:
-        rows = schedule_rounds(config, rounds)
-        for row in rows:
-            if json_output:
-                print(json.dumps(row), flush=True)
-            else:
-                console.print(
-                    f"round {row['round']:>4}  objective {row['objective']:.4f}  "
-                    f"latency {row['latency_s']:.4f} s  moved {row['blocks_moved']}  "
-                    f"M {[c['num_microbatches'] for c in row['decision']['clusters']]}  "
-                    f"blocks {[[d['num_blocks'] for d in c['devices']] for c in row['decision']['clusters']]}"
-                )
+        runner = Runner(config, FanOutSink())
+        if json_output:
+            _run_printing_json(runner)
+        else:
+            runner.run(on_round=print_round)
     except ValueError as err:
         raise _fail(str(err)) from None
 
@@ -250,14 +313,14 @@ def calibrate(
     except (CalibrationError, ConfigError) as err:
         raise _fail(str(err)) from None
     target = output or config_path
-    data = _raw_config(config_path)
+    data = read_config(config_path)
     data.setdefault("scheduler", {})["gradient_noise_scale"] = found.gradient_noise_scale
     text = json.dumps(data, indent=2) + "\n" if target.suffix.lower() == ".json" else _yaml_text(data)
     try:
         target.write_text(text, encoding="utf-8")
     except OSError as err:
         raise _fail(f"{target}: cannot write the config: {err.strerror}") from None
-    console.print(
+    stdout_console().print(
         f"B_noise = {found.gradient_noise_scale:.4g} samples (tr(Σ) {found.gradient_variance:.4g}, "
         f"|G|² {found.gradient_sq_norm:.4g}; {found.rounds} rounds of {found.num_microbatches} "
         f"micro-batches of {found.microbatch_size})\nwrote scheduler.gradient_noise_scale to {target}",
@@ -265,18 +328,7 @@ def calibrate(
     )
 
 
-def _raw_config(path: Path) -> dict[str, Any]:
-    """The config file's own mapping (only what it sets; comments are not kept)."""
-    from collapipe_core.validation import read_yaml
-
-    text = path.read_text(encoding="utf-8")
-    data = json.loads(text) if path.suffix.lower() == ".json" else read_yaml(text)
-    return dict(data or {})
-
-
 def _yaml_text(data: dict[str, Any]) -> str:
-    import yaml
-
     return str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
 
 
@@ -290,7 +342,7 @@ def config_schema() -> None:
 def config_validate(config_path: ConfigPath) -> None:
     """Check a config; exit 2 with every problem when it cannot run."""
     config = _load(config_path, {})
-    console.print(
+    stdout_console().print(
         f"ok: {config.name} ({config.model.kind}, {config.data.dataset}, policy {config.scheduler.policy})"
     )
 

@@ -28,6 +28,7 @@ def _settings(tmp_path: Path, **values: object) -> Settings:
 def test_first_start_creates_an_admin_once_and_prints_how_to_log_in(tmp_path: Path) -> None:
     lines = prepare(_settings(tmp_path))
     password = next(line for line in lines if "created the first admin" in line).rsplit(" ", 1)[1]
+    assert any("dashboard at http://127.0.0.1:8000" in line and '"Change password"' in line for line in lines)
     assert not any("created the first admin" in line for line in prepare(_settings(tmp_path)))
     with SyncClient(create_app(_settings(tmp_path), dispatcher=RecordingDispatcher())) as client:
         me = client.post("/api/auth/login", json={"username": "admin", "password": password}).json()

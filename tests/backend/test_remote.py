@@ -10,14 +10,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import tarfile
 import threading
 from collections.abc import Callable, Iterator
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
@@ -72,9 +76,123 @@ def test_submit_ls_watch_export(server: RecordingDispatcher, tmp_path: Path) -> 
     assert pq.read_table(out).num_rows == 5
 
 
-def test_a_bad_config_fails_locally_with_the_field(server: RecordingDispatcher, tmp_path: Path) -> None:
+def test_a_bad_config_is_refused_by_the_server_naming_the_field(
+    server: RecordingDispatcher, tmp_path: Path
+) -> None:
     result = runner.invoke(remote_app, ["submit", str(_config_file(tmp_path, seed=-1))])
-    assert result.exit_code == 2 and "seed" in result.output
+    assert result.exit_code == 2 and "422 from /api/runs" in result.output and "seed" in result.output
+    assert server.enqueued == []
+
+
+GPT2_CONFIG = {
+    "model_type": "gpt2",
+    "n_embd": 32,
+    "n_head": 2,
+    "n_layer": 4,
+    "n_positions": 64,
+    "vocab_size": 300,
+}
+
+
+def _own_checkpoint_config(tmp_path: Path, pretrained_path: str) -> Path:
+    """A config naming a checkpoint by its name in the server's data directory, without the sizes
+    (the checkpoint has them) and with a comment."""
+    data = tiny_config(data={"dataset": "pydoc-topics", "samples_per_cluster": 64, "eval_samples": 64})
+    data["model"] = {
+        "source": "transformers",
+        "architecture": "gpt2",
+        "pretrained_path": pretrained_path,
+        "seq_len": 12,
+    }
+    path = tmp_path / "own.yaml"
+    path.write_text("# sizes come from the checkpoint\n" + yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.deployments("embedded")  # the server validates: one code on both
+def test_submit_sends_the_file_as_written_and_the_server_reads_its_own_data_directory(
+    server: RecordingDispatcher, tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint = settings.data_dir / "checkpoints" / "tiny-gpt2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "config.json").write_text(json.dumps(GPT2_CONFIG))
+    path = _own_checkpoint_config(tmp_path, "checkpoints/tiny-gpt2")
+    monkeypatch.chdir(tmp_path)  # no checkpoints/tiny-gpt2 here: only the server has it
+    sent: list[Any] = []
+    request = httpx.Client.request
+
+    def spy(self: httpx.Client, method: str, url: Any, **kwargs: Any) -> httpx.Response:
+        if method == "POST":
+            sent.append(kwargs.get("json"))
+        return request(self, method, url, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "request", spy)
+    submitted = runner.invoke(remote_app, ["submit", str(path), "--rounds", "2", "--json"])
+    assert submitted.exit_code == 0, submitted.output
+    run_id = json.loads(submitted.stdout)["run_id"]
+    # the parsed file and --rounds, nothing filled in or defaulted locally
+    written = yaml.safe_load(path.read_text())
+    assert sent == [{"config": written | {"training": written["training"] | {"rounds": 2}}}]
+    # the server filled the sizes from its own copy of the checkpoint
+    with httpx.Client(base_url=os.environ["COLLAPIPE_SERVER"], headers=_bearer()) as client:
+        run = client.get(f"/api/runs/{run_id}").raise_for_status().json()
+    assert run["total_rounds"] == 2
+    assert (run["config"]["model"]["d_model"], run["config"]["model"]["num_blocks"]) == (32, 4)
+
+
+def _bearer() -> dict[str, str]:
+    return {"Authorization": f"Bearer {os.environ['COLLAPIPE_TOKEN']}"}
+
+
+@pytest.mark.deployments("embedded")  # the server validates: one code on both
+def test_a_checkpoint_the_server_lacks_is_named_once(
+    server: RecordingDispatcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = _own_checkpoint_config(tmp_path, "openai-community/gpt2")
+    result = runner.invoke(remote_app, ["submit", str(path)])
+    assert result.exit_code == 2 and "model.pretrained_path" in result.output
+    assert " ".join(result.output.split()).count("looks like a Hugging Face Hub name") == 1
+    assert server.enqueued == []
+
+
+@pytest.mark.deployments("embedded")  # the server validates: one code on both
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("network: [unclosed", "not valid YAML/JSON"), ("- a list\n", "must be a mapping")],
+)
+def test_an_unparsable_config_fails_locally_and_sends_nothing(
+    server: RecordingDispatcher, tmp_path: Path, text: str, problem: str
+) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    result = runner.invoke(remote_app, ["submit", str(path)])
+    assert result.exit_code == 2 and "broken.yaml" in result.output and problem in result.output
+    listed = runner.invoke(remote_app, ["ls", "--json"])
+    assert json.loads(listed.stdout) == []
+
+
+@pytest.mark.deployments("embedded")  # the server validates: one code on both
+def test_submit_rounds_is_checked_by_the_server(server: RecordingDispatcher, tmp_path: Path) -> None:
+    result = runner.invoke(remote_app, ["submit", str(_config_file(tmp_path)), "--rounds", "0"])
+    assert result.exit_code == 2 and "training.rounds" in result.output
+    assert json.loads(runner.invoke(remote_app, ["ls", "--json"]).stdout) == []
+
+
+@pytest.mark.deployments("embedded")  # the table is the client's
+def test_ls_keeps_the_table_whole_when_the_output_is_not_a_terminal(
+    server: RecordingDispatcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # CliRunner's output is not a terminal, as a pipe
+    name = "a-fairly-long-experiment-name-that-a-script-greps-for"
+    submitted = runner.invoke(remote_app, ["submit", str(_config_file(tmp_path, name=name)), "--json"])
+    run_id = json.loads(submitted.stdout)["run_id"]
+    listed = runner.invoke(remote_app, ["ls"])
+    assert listed.exit_code == 0, listed.output
+    row = next(line for line in listed.stdout.splitlines() if name in line)
+    cells = [cell.strip() for cell in row.split("│")[1:-1]]
+    assert cells[:6] == [str(run_id), name, "queued", "0/5", "uniform", "analytic"]
+    assert len(cells[6]) == len("2025-01-01T00:00:00")  # created: whole
 
 
 def test_a_bad_token_is_reported(server: RecordingDispatcher, tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -70,34 +72,69 @@ def test_config_schema_is_json_schema() -> None:
     )
 
 
-def test_schedule_json_has_the_documented_fields(tmp_path: Path) -> None:
-    config = _write(tmp_path)
-    done = _run("schedule", str(config), "--policy", "uniform", "--rounds", "2", "--json")
-    assert done.returncode == 0, done.stderr
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(rows) == 2
-    for key in (
-        "round",
-        "policy",
-        "objective",
-        "latency_s",
-        "redistribution_s",
-        "blocks_moved",
-        "moves_latency_s",
-        "energy_j",
-        "queues",
-        "memory_bytes",
-        "decision",
-        "solve_time_s",
-    ):
-        assert key in rows[0]
-    device = rows[0]["decision"]["clusters"][0]["devices"][0]
-    assert set(device) == {"device", "num_blocks", "bandwidth_share", "power_w"}
-    assert (
-        set(rows[1]["queues"])
-        == set(rows[1]["energy_j"])
-        == {f"c{n}-d{k}" for n in range(2) for k in range(3)}
+def _lines(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines()]
+
+
+def _without_solve_times(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The lines without the solver's wall-clock time (the one figure two runs do not share)."""
+    return [
+        line | {"round": line["round"] | {"solve_time_s": None}} if "round" in line else line
+        for line in lines
+    ]
+
+
+def test_schedule_json_prints_what_run_json_prints_for_the_analytic_executor(tmp_path: Path) -> None:
+    """One shape for scripts: a {"round", "devices"} object per round, then {"summary"}."""
+    config = _write(tmp_path)  # a simulated config: schedule trains nothing all the same
+    scheduled = CliRunner().invoke(
+        app, ["schedule", str(config), "--policy", "proportional", "--rounds", "3", "--json"]
     )
+    assert scheduled.exit_code == 0, scheduled.output
+    lines = _lines(scheduled.stdout)
+    assert [sorted(line) for line in lines] == [["devices", "round"]] * 3 + [["summary"]]
+    assert [line["round"]["round"] for line in lines[:-1]] == [0, 1, 2]
+    record = lines[1]["round"]
+    for key in ("policy", "objective", "latency_s", "redistribution_s", "blocks_moved", "decision"):
+        assert key in record
+    assert record["policy"] == "proportional" and record["train_loss"] is None
+    device = record["decision"]["clusters"][0]["devices"][0]
+    assert set(device) == {"device", "num_blocks", "bandwidth_share", "power_w"}
+    assert {d["device_id"] for d in lines[1]["devices"]} == {f"c{n}-d{k}" for n in range(2) for k in range(3)}
+    assert {"queue", "energy_j", "memory_bytes"} <= set(lines[1]["devices"][0])
+    assert lines[-1]["summary"]["rounds_done"] == lines[-1]["summary"]["total_rounds"] == 3
+
+    ran = CliRunner().invoke(
+        app,
+        ["run", str(config), "--executor", "analytic", "--policy", "proportional", "--rounds", "3", "--json"],
+    )
+    assert ran.exit_code == 0, ran.output
+    assert _without_solve_times(lines) == _without_solve_times(_lines(ran.stdout))
+
+
+def test_tables_and_lines_keep_their_width_when_the_output_is_not_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process: CliRunner's output is not a terminal, as in a pipe or a file; nothing is folded or
+    cut to 80 columns."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    path = _write(tmp_path, training={"rounds": 1, "local_iterations": 1})
+    done = CliRunner().invoke(app, ["run", str(path)])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.splitlines()
+    rounds = next(line for line in lines if "latency s" in line)
+    for header in ("round", "latency s", "max makespan s", "energy J", "train loss", "eval loss", "accuracy"):
+        assert header in rounds
+    devices = next(line for line in lines if "profile" in line)
+    for header in ("device", "blocks", "energy J/round", "budget J", "peak MiB", "capacity MiB"):
+        assert header in devices
+    assert "…" not in done.stdout
+
+    scheduled = CliRunner().invoke(app, ["schedule", str(path), "--rounds", "2"])
+    assert scheduled.exit_code == 0, scheduled.output
+    lines = scheduled.stdout.splitlines()
+    assert [line.split()[:2] for line in lines] == [["round", "0"], ["round", "1"]]
+    assert all("blocks [[" in line and line.endswith("]]") for line in lines)
 
 
 def test_calibrate_writes_the_measured_noise_scale_into_a_valid_config(tmp_path: Path) -> None:
