@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,7 @@ from tests.e2e.server import USERNAMES, Server
 pytestmark = pytest.mark.e2e
 
 LISTED = 50
+RUNS_LISTING = re.compile(r"/api/runs(\?|$)")  # the listing, not /api/runs/events or a run's
 
 
 @pytest.fixture
@@ -98,3 +100,34 @@ def test_a_page_of_50_runs_is_one_request(login: Login, server: Server, listed_r
     expect(oldest.nth(8)).to_contain_text("accuracy")
     expect(oldest.nth(8)).to_have_attribute("title", "eval_accuracy after 4 of 4 rounds")
     screenshot(page, "runs-list-50")
+
+
+NO_RUNS = {"items": [], "total": 0, "limit": LISTED, "offset": 0}
+
+
+@pytest.mark.deployments("embedded")  # the page's own behaviour: one deployment is enough
+def test_no_runs_at_all_points_a_new_user_to_the_quickstart(login: Login, server: Server) -> None:
+    """A server without runs (its listing answered empty: the session's server has runs): an operator
+    gets a button to the launch form on the quickstart preset, a viewer is told who launches; a filter
+    that matches nothing still says so."""
+    operator = login("operator")
+    operator.route(RUNS_LISTING, lambda route: route.fulfill(json=NO_RUNS))
+    operator.goto(f"{server.url}/#/runs")
+    empty = operator.locator("[data-role='no-runs']")
+    expect(empty).to_contain_text("No runs yet.")
+    start = empty.get_by_role("link", name="Launch the quickstart")
+    expect(start).to_be_visible()
+    start.click()
+    expect(operator).to_have_url(re.compile(r"#/launch\?preset=quickstart$"))
+    expect(operator.get_by_label("Preset")).to_have_value("quickstart")
+
+    operator.goto(f"{server.url}/#/runs?search=no-such-run")
+    expect(operator.get_by_role("table", name="Runs")).to_contain_text("No runs match.")
+    expect(operator.locator("[data-role='no-runs']")).to_have_count(0)
+
+    viewer = login("viewer")
+    viewer.route(RUNS_LISTING, lambda route: route.fulfill(json=NO_RUNS))
+    viewer.goto(f"{server.url}/#/runs")
+    told = viewer.locator("[data-role='no-runs']")
+    expect(told).to_contain_text("ask an administrator for the operator role")
+    expect(viewer.get_by_role("link", name="Launch the quickstart")).to_have_count(0)

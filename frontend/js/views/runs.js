@@ -148,18 +148,30 @@ export function mountRuns(main, { query }) {
     if (closed) return;
     state.total = page.total;
     const ids = page.items.map((r) => r.id).join(',');
-    const same = ids === state.items.map((r) => r.id).join(',');
+    const same = page.items.length > 0 && ids === state.items.map((r) => r.id).join(','); // an empty page: its message
     state.items = page.items;
     if (same) {
       for (const run of page.items) updateRow(rows.get(run.id), run);
     } else {
       rows.clear();
       clear(tbody);
-      if (!page.items.length) tbody.append(h('tr', {}, h('td.empty', { colspan: 13 }, 'No runs match.')));
+      if (!page.items.length) tbody.append(h('tr', {}, h('td.empty', { colspan: 13 }, emptyState())));
       for (const run of page.items) tbody.append(renderRow(run));
     }
     renderPager();
     schedulePoll();
+  }
+
+  /** No runs at all: where a new user starts (the quickstart preset); otherwise the filters match none. */
+  function emptyState() {
+    if (state.status || state.search.trim() || state.mine || state.study || state.offset) return 'No runs match.';
+    const start = can('operator')
+      ? [h('a.btn.btn-primary', { href: '#/launch?preset=quickstart', 'data-role': 'quickstart' }, 'Launch the quickstart'),
+        ' opens the launch form on the quickstart preset: a small Transformer trained on grapheme-to-phoneme '
+        + 'pairs across 2 clusters × 4 devices. Press "Check & pre-flight" to see its first round per device, then Launch.']
+      : ['Runs are launched by operators: ask an administrator for the operator role, then open Launch, ',
+        'where the form starts on the quickstart preset.'];
+    return h('div.empty-start', { 'data-role': 'no-runs' }, h('p', {}, h('strong', {}, 'No runs yet.')), h('p', {}, start));
   }
 
   function schedulePoll() {
