@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
@@ -36,12 +36,14 @@ from backend.live.router import router as live_router
 from backend.metrics.router import router as metrics_router
 from backend.metrics.series_cache import SeriesCache
 from backend.monitoring import RequestMetrics, RunCollector
+from backend.overload import InFlightLimit
 from backend.preflight import PreflightProcess
 from backend.runs.router import router as runs_router
 from backend.runtime.dispatch import RunDispatcher
 from backend.security_headers import SecurityHeaders
 from backend.settings import Settings
 from backend.studies.router import router as studies_router
+from backend.users.credentials import Credentials
 from backend.users.csrf import CsrfGuard
 from backend.users.last_use import LastUse
 from backend.users.login_guard import LoginGuard
@@ -67,9 +69,11 @@ def create_app(
     )
 
     last_use = LastUse(session_factory)
+    read_session_factory = make_read_session_factory(engine)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        size_threads(_app, settings.max_requests_in_flight)
         await runner.start()
         preflight.warm()  # the first config check need not wait for the child's imports
         flusher = asyncio.create_task(last_use.flush_periodically(), name="collapipe-last-use")
@@ -106,7 +110,10 @@ def create_app(
         max_lockout_s=settings.login_max_lockout_s,
         max_concurrent=settings.login_max_concurrent,
     )
-    app.state.read_session_factory = make_read_session_factory(engine)
+    app.state.read_session_factory = read_session_factory
+    app.state.credentials = Credentials(
+        read_session_factory, last_use, settings.session_idle_s, settings.auth_cache_s
+    )
     app.state.channel = runtime.channel
     app.state.wake = runtime.wake
     app.state.dispatcher = dispatcher
@@ -129,11 +136,31 @@ def create_app(
     # uploads stream to disk under their own limit (backend/files)
     app.add_middleware(BodyGuard, max_body_bytes=settings.max_body_bytes, exempt_prefixes=("/api/files/",))
     app.add_middleware(CsrfGuard, session_cookie=SESSION_COOKIE)  # before any body is read
+    # sheds load before anything else is done; its 503s are counted and get the security headers
+    app.add_middleware(InFlightLimit, max_in_flight=settings.max_requests_in_flight)
     app.add_middleware(RequestMetrics, registry=registry)
     app.add_middleware(SecurityHeaders)  # outermost: every response, errors of the middlewares too
     _add_probes(app, registry)
     mount_frontend(app, FRONTEND_DIR)
     return app
+
+
+# worker threads beyond one per admitted request: the last-use flush, the local dispatcher's ticks,
+# /metrics, a pre-flight's waits
+RESERVED_THREADS = 8
+STREAM_THREADS = 4  # live streams' database checks at once (opening, status, access)
+READINESS_THREADS = 2  # /readyz's database pings at once
+
+
+def size_threads(app: FastAPI, max_in_flight: int) -> None:
+    """The event loop's threadpool gets a thread for every request the InFlightLimit admits and
+    ``RESERVED_THREADS`` more, so an admitted request never waits for a thread while it holds a
+    database connection (a pooled connection is held from a request's first statement to the end of
+    its transaction, a few thread hops later); live streams and readiness checks take threads of
+    limiters of their own. Called in the lifespan: the default limiter is the running loop's."""
+    to_thread.current_default_thread_limiter().total_tokens = max_in_flight + RESERVED_THREADS
+    app.state.stream_threads = CapacityLimiter(STREAM_THREADS)
+    app.state.readiness_threads = CapacityLimiter(READINESS_THREADS)
 
 
 def _add_probes(app: FastAPI, registry: CollectorRegistry) -> None:
@@ -151,7 +178,8 @@ def _add_probes(app: FastAPI, registry: CollectorRegistry) -> None:
         timeout_s = request.app.state.settings.readiness_timeout_s
         try:
             with anyio.move_on_after(timeout_s) as waited:
-                await to_thread.run_sync(ping, engine, abandon_on_cancel=True)
+                limiter = request.app.state.readiness_threads
+                await to_thread.run_sync(ping, engine, abandon_on_cancel=True, limiter=limiter)
             if waited.cancelled_caught:
                 checks["database"] = (
                     f"starved: no connection free within {timeout_s:g} s ({pool_usage(engine)})"

@@ -110,14 +110,23 @@ def _summary(problems: list[dict[str, Any]]) -> str:
     return "invalid request: " + ", ".join(p["field"] for p in problems)
 
 
-async def send_error(send: Send, status: int, code: str, message: str, details: Any = None) -> None:
-    """Answer with the API's error shape, ``{"error": {"code", "message", "details"}}``, from a middleware."""
+async def send_error(
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Answer with the API's error shape, ``{"error": {"code", "message", "details"}}``, from a middleware
+    (``headers``: more response headers)."""
     document = {"error": {"code": code, "message": message, "details": details}}
     body = json.dumps(document, allow_nan=False).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
     if status == 413:
-        headers.append((b"connection", b"close"))  # the rest of the body is not read
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+        raw.append((b"connection", b"close"))  # the rest of the body is not read
+    await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 
 

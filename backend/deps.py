@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, TypeVar
 
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
-from backend.db.engine import SessionFactory
 from backend.db.models import User
 from backend.db.transaction import commit_and_notify, discard_pending
 from backend.errors import Forbidden, Unauthenticated
@@ -21,17 +19,22 @@ from backend.runtime.dispatch import RunDispatcher
 from backend.runtime.wake import Wake
 from backend.settings import Settings
 from backend.users import service as users
-from backend.users.last_use import LastUse
+from backend.users.credentials import Credential, Credentials
 from collapipe_core.workspace import Workspace
 
 SESSION_COOKIE = "collapipe_session"
+
+
+_ENDED = "ended_in_thread"  # session.info: the endpoint ended the transaction itself (in_one_thread)
+T = TypeVar("T")
 
 
 async def _session(request: Request) -> AsyncIterator[Session]:
     """One session per request; commits when the endpoint returns, then runs after-commit actions.
 
     An async generator: creating a session does no I/O (it connects on first use, in the endpoint's
-    thread), so only the end — commit, after-commit actions, close — takes a worker thread.
+    thread), so only the end — commit, after-commit actions, close — takes a worker thread, unless
+    the endpoint ended it in its own thread (``in_one_thread``).
     """
     state = request.app.state
     # GET only reads (last-use stamps are written apart, backend.users.last_use)
@@ -40,9 +43,31 @@ async def _session(request: Request) -> AsyncIterator[Session]:
     try:
         yield session
     except BaseException:
-        await to_thread.run_sync(_discard_and_close, session)
+        if not session.info.get(_ENDED):
+            await to_thread.run_sync(_discard_and_close, session)
         raise
-    await to_thread.run_sync(_commit_and_close, session)
+    if not session.info.get(_ENDED):
+        await to_thread.run_sync(_commit_and_close, session)
+
+
+async def in_one_thread(session: Session, work: Callable[[], T]) -> T:
+    """``work()`` and then the end of the request's transaction (commit and after-commit actions, or
+    discard if it raised; then close), in one worker thread: for the ``async def`` endpoint of a hot
+    path. Its pooled connection is held inside that thread only, never while the request waits for
+    another thread, and the request takes one thread hop instead of three (a sync endpoint's own, the
+    check of its response, the end of its session)."""
+
+    def run() -> T:
+        session.info[_ENDED] = True
+        try:
+            result = work()
+        except BaseException:
+            _discard_and_close(session)
+            raise
+        _commit_and_close(session)
+        return result
+
+    return await to_thread.run_sync(run)
 
 
 def _commit_and_close(session: Session) -> None:
@@ -111,14 +136,6 @@ WakeDep = Annotated[Wake, Depends(_wake)]
 DispatcherDep = Annotated[RunDispatcher, Depends(_dispatcher)]
 
 
-@dataclass(frozen=True)
-class Credential:
-    """How a request authenticates: an API token (``Authorization: Bearer``) or the session cookie."""
-
-    kind: Literal["token", "cookie"]
-    secret: str
-
-
 def _credential(request: Request) -> Credential:
     """The request's credential (the bearer token wins over the cookie); 401 if it has none."""
     header = request.headers.get("authorization")
@@ -137,20 +154,19 @@ def _credential(request: Request) -> Credential:
 BEFORE_PASSWORD_CHANGE = frozenset({"/api/auth/password", "/api/auth/me", "/api/auth/logout"})
 
 
-def _user_for(session: Session, credential: Credential, last_use: LastUse, idle_s: float, path: str) -> User:
-    """The credential's user, read now: a revoked token, an ended or idle session or a deleted user is
-    a 401; a session whose user must change their password may reach only BEFORE_PASSWORD_CHANGE
-    (403 elsewhere; an API token is not a password and is unaffected). The use is noted in memory
-    (``LastUse``), never written inside the request's transaction."""
-    if credential.kind == "token":
-        user = users.user_for_token(session, credential.secret, last_use)
-        if user is None:
-            raise Unauthenticated("the API token is unknown or revoked")
-        return user
-    user = users.user_for_session(session, credential.secret, last_use, idle_s)
+async def _user_for(
+    credentials: Credentials, credential: Credential, path: str, limiter: CapacityLimiter | None = None
+) -> User:
+    """The credential's user (``backend.users.credentials``: remembered for a moment, else read from
+    the database): a revoked token, an ended or idle session or a deleted user is a 401; a session
+    whose user must change their password may reach only BEFORE_PASSWORD_CHANGE (403 elsewhere; an
+    API token is not a password and is unaffected)."""
+    user = await credentials.caller(credential, limiter)
     if user is None:
+        if credential.kind == "token":
+            raise Unauthenticated("the API token is unknown or revoked")
         raise Unauthenticated("the session expired or was ended; log in again")
-    if user.must_change_password and path not in BEFORE_PASSWORD_CHANGE:
+    if credential.kind == "cookie" and user.must_change_password and path not in BEFORE_PASSWORD_CHANGE:
         raise Forbidden(
             "your password was set by an administrator: choose your own first "
             "(POST /api/auth/password, or 'Change password' in the dashboard)"
@@ -158,12 +174,11 @@ def _user_for(session: Session, credential: Credential, last_use: LastUse, idle_
     return user
 
 
-def _current_user(request: Request, session: SessionDep) -> User:
-    """The caller, from ``Authorization: Bearer <token>`` or else the session cookie; 401 if neither."""
-    state = request.app.state
-    return _user_for(
-        session, _credential(request), state.last_use, state.settings.session_idle_s, request.url.path
-    )
+async def _current_user(request: Request) -> User:
+    """The caller, from ``Authorization: Bearer <token>`` or else the session cookie; 401 if neither.
+    Holds no database session of the request's: a caller not remembered is checked with a short
+    session of its own, in a worker thread, before the endpoint runs."""
+    return await _user_for(request.app.state.credentials, _credential(request), request.url.path)
 
 
 CurrentUser = Annotated[User, Depends(_current_user)]
@@ -172,32 +187,32 @@ CurrentUser = Annotated[User, Depends(_current_user)]
 class StreamAccess:
     """The caller of a long-lived stream, checked again while the stream is open.
 
-    A stream holds no database connection while it waits: the caller is checked with a short session
-    of its own when the stream opens and again by :meth:`allowed` (the stream calls it every half
-    heartbeat), so a revoked token, an ended session, a deleted user or a role below ``role`` ends
-    the stream within one heartbeat.
+    A stream holds no database connection while it waits: the caller is checked when the stream
+    opens and again by :meth:`allowed` (the stream calls it every half heartbeat), so a revoked
+    token, an ended session, a deleted user or a role below ``role`` ends the stream within one
+    heartbeat (plus, for a change made through another API process, the moment callers are
+    remembered). A check that reads the database takes a thread of the streams' own limiter
+    (``app.state.stream_threads``), never one the requests need.
     """
 
     def __init__(self, request: Request, role: str) -> None:
         state = request.app.state
-        self.session_factory: SessionFactory = state.session_factory
-        self.last_use: LastUse = state.last_use
-        self.idle_s: float = state.settings.session_idle_s
+        self.credentials: Credentials = state.credentials
+        self.limiter: CapacityLimiter | None = getattr(state, "stream_threads", None)
         self.credential = _credential(request)
         self.role = role
         self.path = request.url.path
 
-    def check(self) -> User:
-        """The caller; Unauthenticated or Forbidden unless they may still act (a short session)."""
-        with self.session_factory() as session:
-            user = _user_for(session, self.credential, self.last_use, self.idle_s, self.path)
-            if not users.has_role(user, self.role):
-                raise Forbidden(f"this needs the {self.role} role; you are {user.role}")
-            return user
+    async def check(self) -> User:
+        """The caller; Unauthenticated or Forbidden unless they may still act."""
+        user = await _user_for(self.credentials, self.credential, self.path, self.limiter)
+        if not users.has_role(user, self.role):
+            raise Forbidden(f"this needs the {self.role} role; you are {user.role}")
+        return user
 
     async def allowed(self) -> bool:
         try:
-            await to_thread.run_sync(self.check)
+            await self.check()
         except (Unauthenticated, Forbidden):
             return False
         return True
@@ -205,7 +220,7 @@ class StreamAccess:
 
 async def _stream_viewer(request: Request) -> StreamAccess:
     access = StreamAccess(request, "viewer")
-    await to_thread.run_sync(access.check)
+    await access.check()
     return access
 
 
@@ -213,9 +228,9 @@ StreamViewer = Annotated[StreamAccess, Depends(_stream_viewer)]
 
 
 async def _uploader(request: Request) -> User:
-    """An operator checked with a short session of its own, closed before the endpoint runs: an upload
-    streams for minutes and must hold no database transaction meanwhile."""
-    return await to_thread.run_sync(StreamAccess(request, "operator").check)
+    """An operator, checked before the endpoint runs, holding no database session: an upload streams
+    for minutes and must hold no transaction meanwhile."""
+    return await StreamAccess(request, "operator").check()
 
 
 UploaderUser = Annotated[User, Depends(_uploader)]

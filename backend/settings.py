@@ -85,6 +85,21 @@ class Settings(BaseSettings):
     )
     db_pool_size: int = Field(default=10, ge=1, le=1000, description="pooled database connections")
     db_max_overflow: int = Field(default=10, ge=0, le=1000, description="connections beyond the pool")
+    max_requests_in_flight: int = Field(
+        default=32,
+        ge=1,
+        le=10_000,
+        description="requests one API process serves at once; one more gets 503 with Retry-After at once "
+        "(probes, live streams and file uploads are not counted). The process's threadpool is sized from it",
+    )
+    auth_cache_s: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="an API token or session found valid is not looked up again for this long by the API "
+        "process that checked it (a revocation through another API process takes effect within it); "
+        "0 checks every request",
+    )
     preflight_timeout_s: float = Field(
         default=10.0, gt=0, description="a pre-flight estimate still running after this is stopped (422)"
     )

@@ -86,12 +86,13 @@ async def one_run_events(
 ) -> Response:
     """The run's ``round`` and ``status`` events from the start (or after Last-Event-ID)."""
     factory: SessionFactory = request.app.state.session_factory
+    threads = request.app.state.stream_threads  # streams' own: never a thread a request needs
 
     async def is_finished() -> bool:
-        status = await to_thread.run_sync(_status, factory, run_id)
+        status = await to_thread.run_sync(_status, factory, run_id, limiter=threads)
         return status is None or status in TERMINAL_STATUSES
 
-    if await to_thread.run_sync(_status, factory, run_id) is None:
+    if await to_thread.run_sync(_status, factory, run_id, limiter=threads) is None:
         raise NotFound(f"no run with id {run_id}")
     start = resume_point(channel, last_event_id, after)
     return await event_stream(channel, run_id, start, settings.sse_heartbeat_s, is_finished, access)

@@ -17,6 +17,7 @@ from backend.deps import (
     ViewerUser,
     WakeDep,
     WorkspaceDep,
+    in_one_thread,
 )
 from backend.errors import ERROR_RESPONSES, ErrorResponse
 from backend.params import MAX_ID, IdPath, Limit, Offset, Search
@@ -57,7 +58,7 @@ def create_run(
 
 
 @router.get("")
-def list_runs(
+async def list_runs(
     session: SessionDep,
     _user: ViewerUser,
     status_in: Annotated[list[RunStatus], Query(alias="status", max_length=5)] = [],  # noqa: B006
@@ -71,9 +72,13 @@ def list_runs(
     study_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only this study's runs")] = None,
 ) -> RunPage:
     """A page of runs, newest first, each with its owner's name and its latest round's figures."""
-    items, total = service.page(session, status_in, owner, search, limit, offset, in_study, study_id)
-    rows = [RunListItem(**dict(zip(LISTED_FIELDS, row, strict=True))) for row in items]
-    return RunPage(items=rows, total=total, limit=limit, offset=offset)
+
+    def page() -> RunPage:  # the dashboards' most frequent request: in one thread hop
+        items, total = service.page(session, status_in, owner, search, limit, offset, in_study, study_id)
+        rows = [RunListItem(**dict(zip(LISTED_FIELDS, row, strict=True))) for row in items]
+        return RunPage(items=rows, total=total, limit=limit, offset=offset)
+
+    return await in_one_thread(session, page)
 
 
 @router.get("/{run_id}")

@@ -1,4 +1,8 @@
-"""Rules of users, logins and tokens. Functions flush, never commit (the request boundary commits)."""
+"""Rules of users, logins and tokens. Functions flush, never commit (the request boundary commits).
+
+Every change that ends or narrows someone's access (a token revoked, sessions ended, a password or a
+role changed, a user deactivated or deleted) has this process forget the callers it remembers
+(``backend.users.credentials``) once the change commits (``_access_changed``)."""
 
 from __future__ import annotations
 
@@ -9,10 +13,11 @@ from sqlalchemy.orm import Session
 
 from backend.db.base import utcnow
 from backend.db.models import ROLES, ApiToken, BrowserSession, User
+from backend.db.transaction import after_commit
 from backend.errors import Conflict, Forbidden, InvalidInput, NotFound, Unauthenticated
 from backend.users import repository as repo
 from backend.users import security
-from backend.users.last_use import LastUse
+from backend.users.credentials import forget_all
 from backend.users.login_guard import LoginGuard
 from backend.users.schemas import PasswordChange, UserCreate, UserUpdate
 from backend.users.security import hash_password, hash_secret, new_password, new_secret
@@ -52,35 +57,13 @@ def start_session(session: Session, user: User, ttl_s: float) -> str:
     return secret
 
 
+def _access_changed(session: Session) -> None:
+    after_commit(session, forget_all)
+
+
 def end_session(session: Session, secret: str) -> None:
     repo.delete_session(session, hash_secret(secret))
-
-
-def user_for_session(session: Session, secret: str, last_use: LastUse, idle_s: float) -> User | None:
-    """The session's user; None once it expired, or sat unused for more than ``idle_s``. Its use is
-    noted in ``last_use`` (written later, outside this request's transaction)."""
-    found = repo.get_session_by_hash(session, hash_secret(secret))
-    now = utcnow()
-    if found is None or found.expires_at < now:
-        return None
-    used = [t for t in (found.created_at, found.last_used_at, last_use.session_seen(found.id)) if t]
-    if now - max(used) > timedelta(seconds=idle_s):
-        return None
-    last_use.session_used(found.id, now)
-    return repo.get_user(session, found.user_id)
-
-
-def user_for_token(session: Session, secret: str, last_use: LastUse) -> User | None:
-    """The token's user, read from the database on every call: a revoked token stops at once. Its use
-    is noted in ``last_use`` (written later, outside this request's transaction)."""
-    found = repo.token_with_user(session, hash_secret(secret))
-    if found is None:
-        return None
-    user, token_id, revoked_at = found
-    if revoked_at is not None:
-        return None
-    last_use.token_used(token_id, utcnow())
-    return user
+    _access_changed(session)
 
 
 def get_user(session: Session, user_id: int) -> User:
@@ -132,6 +115,7 @@ def update_user(session: Session, actor: User, user_id: int, body: UserUpdate) -
         user.must_change_password = True  # set by an admin: the user should choose their own
         repo.delete_user_sessions(session, user.id)
     session.flush()
+    _access_changed(session)
     return user
 
 
@@ -142,6 +126,7 @@ def delete_user(session: Session, actor: User, user_id: int) -> None:
     if user.role == "admin" and repo.count_admins(session) <= 1:
         raise Conflict("cannot delete the last admin")
     repo.delete_user(session, user)
+    _access_changed(session)
 
 
 def deactivate_user(session: Session, actor: User, user_id: int) -> User:
@@ -157,19 +142,23 @@ def deactivate_user(session: Session, actor: User, user_id: int) -> User:
     repo.delete_user_sessions(session, user.id)
     repo.revoke_user_tokens(session, user.id, utcnow())
     session.flush()
+    _access_changed(session)
     return user
 
 
 def change_password(
     session: Session,
-    user: User,
+    caller: User,
     body: PasswordChange,
     kept_session: str | None,
     guard: LoginGuard,
     client: str,
 ) -> None:
-    """Set the user's own password (the current one proves it is them; wrong guesses count as failed
+    """Set the caller's own password (the current one proves it is them; wrong guesses count as failed
     logins). Every other session of theirs ends, and with ``revoke_tokens`` every API token."""
+    user = repo.get_user(session, caller.id)  # their row, in this transaction
+    if user is None:
+        raise Unauthenticated("your account no longer exists")
     guard.check(client, user.username)
     with guard.checking():
         matches = security.verify_password(user.password_hash, body.current_password)
@@ -191,6 +180,7 @@ def change_password(
     if body.revoke_tokens:
         repo.revoke_user_tokens(session, user.id, utcnow())
     session.flush()
+    _access_changed(session)
 
 
 def create_token(session: Session, actor: User, name: str, user_id: int | None) -> tuple[ApiToken, str]:
@@ -213,6 +203,7 @@ def revoke_token(session: Session, token_id: int) -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = utcnow()
         session.flush()
+        _access_changed(session)
     return token
 
 
@@ -226,6 +217,7 @@ def reset_password(session: Session, username: str) -> str:
     user.must_change_password = True
     repo.delete_user_sessions(session, user.id)
     session.flush()
+    _access_changed(session)
     return password
 
 
