@@ -1,13 +1,15 @@
-"""/api/config: the experiment config's JSON Schema (drives the browser form), a dry-run check, and
-the metric catalogue (names, units, whether modeled) shared by the API and the dashboard."""
+"""/api/config: the experiment config's JSON Schema (drives the browser form), a dry-run check, what
+the form shows beside it (the data's size, a checkpoint's sizes, the Hugging Face families' config
+fields), and the metric catalogue (names, units, whether modeled) shared by the API and the dashboard."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from backend.config_input import checkpoint as checkpoint_sizes
 from backend.deps import PreflightDep, ViewerUser, WorkspaceDep
 from backend.errors import ERROR_RESPONSES
 from collapipe_core.config import config_json_schema
@@ -52,6 +54,67 @@ async def preflight(
     with modeled latency, energy and memory per device (against capacity and budget). 422 as /validate,
     and when the estimate takes longer than the server allows (COLLAPIPE_PREFLIGHT_TIMEOUT_S)."""
     return await process.run(config, workspace)
+
+
+class DatasetOut(BaseModel):
+    source: str
+    unit: str
+    train: int
+    held_out: int | None
+    max_samples_per_cluster: int
+    max_eval_samples: int
+
+
+@router.post("/dataset")
+async def dataset(
+    config: dict[str, Any], _user: ViewerUser, workspace: WorkspaceDep, process: PreflightDep
+) -> DatasetOut:
+    """How many samples the config's data hold — ``train`` (the clusters' shards, and the held-out set
+    when there is no eval file) and ``held_out`` (the eval file's, or null), counted in ``unit`` (rows,
+    samples after filtering, or windows of seq_len + 1 tokens) — and the largest
+    ``data.samples_per_cluster`` and ``data.eval_samples`` they allow, each with the other as the
+    config sets it (0: none fits). Read as /validate reads the data (in its child process, with its
+    deadline); the config's other problems do not stop it: 422 only when the data cannot be read."""
+    return DatasetOut(**await process.dataset(config, workspace))
+
+
+class CheckpointOut(BaseModel):
+    architecture: str
+    d_model: int
+    num_heads: int
+    num_kv_heads: int | None
+    ffn_dim: int
+    num_blocks: int
+    num_decoder_layers: int | None
+    vocab_size: int
+    max_positions: int
+
+
+@router.get("/checkpoint")
+def checkpoint(
+    path: Annotated[str, Query(min_length=1, max_length=255, description="a model.pretrained_path")],
+    _user: ViewerUser,
+    workspace: WorkspaceDep,
+) -> CheckpointOut:
+    """The architecture and model sizes the config.json of checkpoint ``path`` gives (what a config that
+    names it as ``model.pretrained_path`` takes): read as JSON only, a regular file of at most 1 MiB
+    inside the data directory; 422 naming ``query.path`` otherwise."""
+    return CheckpointOut(**checkpoint_sizes(path, workspace))
+
+
+class ArchitectureOut(BaseModel):
+    kind: str
+    config_fields: list[str]
+
+
+@router.get("/architectures")
+async def architectures(
+    _user: ViewerUser, workspace: WorkspaceDep, process: PreflightDep
+) -> dict[str, ArchitectureOut]:
+    """Per Hugging Face architecture: the model kind it trains and the fields of its config class (the
+    keys ``model.hf_config`` may name, besides those CollaPipe sets itself)."""
+    families = await process.architectures(workspace)
+    return {name: ArchitectureOut(**fields) for name, fields in families.items()}
 
 
 @router.get("/policies")

@@ -17,6 +17,10 @@ thread.
   a pre-flight's estimate after ``timeout_s`` (COLLAPIPE_PREFLIGHT_TIMEOUT_S), is stopped: the child is
   killed, the next request starts a new one, and the request gets a 422 that says how to get the
   answer another way.
+- **Warm-up**: a child checks the launch form's quickstart preset and computes its round 0 before it
+  says it is ready, outside any deadline, so that a new user's first "Check & pre-flight" finds the
+  corpus, the model's profile and the lazily imported code loaded (``_warm_up``); a replaced child
+  warms up again before it answers.
 
 A config with problems gets the same 422 as any other endpoint that checks configs.
 """
@@ -29,12 +33,16 @@ import threading
 import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from anyio import to_thread
 
 from backend.errors import InvalidConfig, InvalidInput, Unavailable
 from collapipe_core.workspace import Workspace
+
+if TYPE_CHECKING:
+    from collapipe_core.config import ExperimentConfig
 
 PROBLEM = "config"  # the field a refusal that is about the whole config names
 PRELOADED = [
@@ -77,16 +85,33 @@ def _limit_memory(memory_bytes: int | None) -> None:
     )
 
 
-def _serve(connection: Connection, memory_bytes: int | None) -> None:
-    """The child: import what checks need, limit its memory, say it is ready; then answer
-    ``(work, config, workspace)`` requests forever. ``work`` "validate" answers once: ``("ok", the
-    normalized config)``; "preflight" answers ``("checked", None)`` when the config passed, then
-    ``("ok", round 0's records)``. A refused config answers ``("invalid", (message, details))``."""
-    import importlib
+WARM_UP = Path(__file__).resolve().parents[1] / "examples" / "quickstart.yaml"
+"""What a child checks and pre-flights before it says it is ready: the launch form's first preset, so
+that a new user's first "Check & pre-flight" finds its corpus, profile and lazy imports loaded."""
 
-    for module in PRELOADED:  # already imported by the fork server: nothing to do but make sure
-        importlib.import_module(module)
-    from backend.config_input import normalized, validated_config
+
+def _warm_up() -> dict[str, Any]:
+    """Check :data:`WARM_UP` and compute its round 0 (outside any request's deadline); what was warmed
+    and how long it took. A failure is logged: the child serves requests all the same."""
+    import time
+
+    from backend.config_input import validated_config
+    from collapipe_core.validation import read_yaml
+
+    started = time.monotonic()
+    try:
+        config = validated_config(read_yaml(WARM_UP.read_text(encoding="utf-8")), Workspace.local())
+        _round_zero(config, Workspace.local())
+    except Exception:  # the child still answers; its first request pays what the warm-up would have
+        traceback.print_exc()
+        return {"warmed": None, "warm_up_s": time.monotonic() - started}
+    seconds = time.monotonic() - started
+    print(f"collapipe: a config-check child warmed up with {WARM_UP.name} in {seconds:.1f} s", flush=True)
+    return {"warmed": WARM_UP.stem, "warm_up_s": seconds}
+
+
+def _round_zero(config: ExperimentConfig, workspace: Workspace) -> dict[str, Any]:
+    """Round 0 of ``config`` (checked) on the cost model: round, devices, model, memory_parts."""
     from backend.jsonsafe import sanitize
     from collapipe_core.api import memory_report
     from collapipe_core.decision import Decision
@@ -94,30 +119,54 @@ def _serve(connection: Connection, memory_bytes: int | None) -> None:
     from collapipe_core.sinks import MemorySink
     from collapipe_core.state import observe
 
+    analytic = config.model_copy(
+        update={"executor": "analytic", "training": config.training.model_copy(update={"rounds": 1})}
+    )
+    sink = MemorySink()
+    runner = Runner(analytic, sink, workspace=workspace)
+    runner.run()
+    record = sink.results[0]
+    result = record.to_json()
+    decision = Decision.from_json(record.round.decision)
+    result.update(memory_report(observe(runner.env, 0), decision))
+    answer: dict[str, Any] = sanitize(result)
+    return answer
+
+
+def _serve(connection: Connection, memory_bytes: int | None) -> None:
+    """The child: import what checks need, warm up (:func:`_warm_up`), limit its memory, say it is ready
+    (``("ready", what was warmed)``); then answer ``(work, config, workspace)`` requests forever.
+    ``work`` "validate" answers once: ``("ok", the normalized config)``; "preflight" answers
+    ``("checked", None)`` when the config passed, then ``("ok", round 0's records)``; "dataset" answers
+    ``("ok", what the config's data hold)``, "architectures" ``("ok", the families' config fields)``. A
+    refused config answers ``("invalid", (message, details))``."""
+    import importlib
+
+    for module in PRELOADED:  # already imported by the fork server: nothing to do but make sure
+        importlib.import_module(module)
+    from backend.config_input import architecture_fields, dataset_capacity, normalized, validated_config
+
+    warmed = _warm_up()  # before the memory limit: the warm caches are the server's, not a request's
     _limit_memory(memory_bytes)
-    connection.send(("ready", None))
+    connection.send(("ready", warmed))
     while True:
         try:
             work, data, workspace = connection.recv()
         except EOFError:
             return
         try:
+            if work == "dataset":
+                connection.send(("ok", dataset_capacity(data, workspace)))
+                continue
+            if work == "architectures":
+                connection.send(("ok", architecture_fields()))
+                continue
             config = validated_config(data, workspace)
             if work == "validate":
                 connection.send(("ok", normalized(config)))
                 continue
             connection.send(("checked", None))
-            analytic = config.model_copy(
-                update={"executor": "analytic", "training": config.training.model_copy(update={"rounds": 1})}
-            )
-            sink = MemorySink()
-            runner = Runner(analytic, sink, workspace=workspace)
-            runner.run()
-            record = sink.results[0]
-            result = record.to_json()
-            decision = Decision.from_json(record.round.decision)
-            result.update(memory_report(observe(runner.env, 0), decision))
-            connection.send(("ok", sanitize(result)))
+            connection.send(("ok", _round_zero(config, workspace)))
         except InvalidConfig as err:
             connection.send(("invalid", (err.message, err.details)))
         except MemoryError:
@@ -248,15 +297,12 @@ class PreflightProcess:
         self.memory_bytes = memory_bytes
         self._checks = _Child("config-check", memory_bytes)
         self._preflights = _Child("preflight", memory_bytes)
+        self._architectures: dict[str, Any] | None = None
 
     async def validate(self, config: dict[str, Any], workspace: Workspace) -> dict[str, Any]:
         """``config`` checked in ``workspace`` and normalized (every field explicit); InvalidConfig
         naming each problem, InvalidInput when the check is too slow or too large for the server."""
-        async with self._checks.turn:
-            connection = await to_thread.run_sync(self._checks.ready)
-            connection.send(("validate", config, workspace))
-            payload = await self._reply(self._checks, connection, self.validate_timeout_s, "check")
-        result: dict[str, Any] = payload
+        result: dict[str, Any] = await self._check("validate", config, workspace)
         return result
 
     async def run(self, config: dict[str, Any], workspace: Workspace) -> dict[str, Any]:
@@ -270,6 +316,26 @@ class PreflightProcess:
             payload = await self._reply(child, connection, self.timeout_s, "pre-flight")
         result: dict[str, Any] = payload
         return result
+
+    async def dataset(self, config: dict[str, Any], workspace: Workspace) -> dict[str, Any]:
+        """What the data of ``config`` hold and the largest samples_per_cluster and eval_samples they
+        allow (read as a check reads them, with its deadline); InvalidConfig when they cannot be read."""
+        result: dict[str, Any] = await self._check("dataset", config, workspace)
+        return result
+
+    async def architectures(self, workspace: Workspace) -> dict[str, Any]:
+        """Each Hugging Face family's kind and config fields (asked once: they are the installed
+        transformers')."""
+        if self._architectures is None:
+            self._architectures = await self._check("architectures", None, workspace)
+        return self._architectures
+
+    async def _check(self, work: str, data: Any, workspace: Workspace) -> Any:
+        """The checks' child's answer to ``work`` on ``data``, within the checks' deadline."""
+        async with self._checks.turn:
+            connection = await to_thread.run_sync(self._checks.ready)
+            connection.send((work, data, workspace))
+            return await self._reply(self._checks, connection, self.validate_timeout_s, "check")
 
     async def _reply(self, child: _Child, connection: Connection, timeout_s: float, what: str) -> Any:
         """The payload of the child's next answer within ``timeout_s``; the refusals as exceptions."""
@@ -325,9 +391,10 @@ class PreflightProcess:
         return InvalidInput(message, [{"field": PROBLEM, "value": None, "message": detail}])
 
     def warm(self) -> None:
-        """The app's start: start the checks' child in the background, so that the first check need
-        not wait for the fork server's imports (seconds)."""
+        """The app's start: start both children in the background, so that the first check and the first
+        pre-flight need not wait for the fork server's imports nor for the children's warm-up (seconds)."""
         warm(self._checks.key)
+        warm(self._preflights.key)
 
     def stop(self) -> None:
         """The app's shutdown: its children, idle, are kept for the next app this process builds (tests

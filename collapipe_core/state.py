@@ -213,11 +213,15 @@ PRETRAINED_FIELD = "model.pretrained_path"
 def pretrained_dir(config: ExperimentConfig, workspace: Workspace) -> Path | None:
     """The directory ``model.pretrained_path`` names, resolved through ``workspace`` and holding a
     config.json; FileRefused naming the field (a Hub name or URL is never fetched)."""
+    name = config.model.pretrained_path
+    return None if name is None else checkpoint_dir(name, workspace)
+
+
+def checkpoint_dir(name: str, workspace: Workspace) -> Path:
+    """The checkpoint directory ``name`` (a ``model.pretrained_path``) as :func:`pretrained_dir`
+    resolves it."""
     from collapipe_core.models.hf.pretrained import checked_pretrained_dir, looks_like_hub_name
 
-    name = config.model.pretrained_path
-    if name is None:
-        return None
     if "://" in name:
         raise FileRefused(PRETRAINED_FIELD, name, f"{short(name)} is a URL; CollaPipe never downloads models")
     try:

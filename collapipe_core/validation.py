@@ -4,6 +4,13 @@ Parsing errors (types, bounds) come from pydantic and are translated; cross-fiel
 the data set or the cost model (memory feasibility, micro-batches against data) are done here.
 Nothing runs until the config passes.
 
+Every problem comes in one answer: a section that does not parse is read at its defaults and every
+check that reads it is skipped (its answer would be about the defaults, not about the config); every
+other check runs. The data are read when the sections they depend on parsed, and the model is built
+(the memory checks) when every section parsed, whatever the other checks found, except after a
+checkpoint whose config.json was refused (it is never built) — and it is built from the data's
+vocabulary, so data that cannot be read leave its checks for the next answer.
+
 What a config may name — files and policies — and the memory a run may use depend on where it runs:
 every check takes a :class:`~collapipe_core.workspace.Workspace` (the local one for the CLI, the
 service's for the API and its workers).
@@ -13,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +27,7 @@ import numpy as np
 import yaml
 from pydantic import ValidationError
 
+from collapipe_core.checkpoint_checks import hf_config_problems, with_pretrained_sizes
 from collapipe_core.config import (
     DATASET_KINDS,
     DATASETS,
@@ -32,125 +39,75 @@ from collapipe_core.config import (
 from collapipe_core.costmodel.host import host_memory_bytes
 from collapipe_core.costmodel.problem import device_memory_bytes
 from collapipe_core.costmodel.profile import ModelProfile
+from collapipe_core.data_capacity import DataCapacity, data_capacity
 from collapipe_core.models.peft import peft_problems
 from collapipe_core.network import DeviceTrace
-from collapipe_core.quote import json_value, short
-from collapipe_core.state import build_environment, load_device_trace, pretrained_dir
+from collapipe_core.problems import ConfigError as ConfigError
+from collapipe_core.problems import ConfigProblem as ConfigProblem
+from collapipe_core.problems import translated
+from collapipe_core.state import (
+    PRETRAINED_FIELD,
+    build_environment,
+    load_device_trace,
+    pretrained_dir,
+)
 from collapipe_core.workspace import FileRefused, Workspace
 
 
-@dataclass(frozen=True)
-class ConfigProblem:
-    field: str  # dotted path, e.g. "channel.bandwidth_hz"
-    value: Any
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message} (got {short(self.value)})"
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain JSON; the value is quoted by at most a short prefix."""
-        return {"field": self.field, "value": json_value(self.value), "message": self.message}
-
-
-class ConfigError(ValueError):
-    """A config that cannot run; ``problems`` lists each one."""
-
-    def __init__(self, problems: list[ConfigProblem]) -> None:
-        self.problems = problems
-        super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
-
-
 def parse_config(data: dict[str, Any], workspace: Workspace | None = None) -> ExperimentConfig:
-    """Parse a dict into an ExperimentConfig and run every check; raises ConfigError.
+    """Parse a dict into an ExperimentConfig and run every check; raises ConfigError naming every
+    problem found.
 
     ``workspace``: where the config runs (default: the local CLI's: plain paths, import paths).
     """
-    if not isinstance(data, dict):
-        raise ConfigError([ConfigProblem("(root)", data, "the config must be a mapping of sections")])
-    try:
-        config = ExperimentConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError([_translate(e) for e in err.errors()]) from None
+    config, problems, broken = parse_sections(data)
+    if config is None:
+        raise ConfigError(problems)
     workspace = workspace or Workspace.local()
-    config, problems = with_pretrained_sizes(config, workspace)
-    # a checkpoint whose config.json was refused is never built (10^6 layers held a thread for minutes)
-    problems += check_config(config, workspace, build=not problems)
+    buildable = True
+    if "model" not in broken:
+        config, found, buildable = with_pretrained_sizes(config, workspace)
+        problems += found
+    problems += check_config(config, workspace, build=buildable, broken=broken)
     if problems:  # both steps resolve model.pretrained_path: its refusal once
         unique = {(problem.field, problem.message): problem for problem in problems}
         raise ConfigError(list(unique.values()))
     return config
 
 
-SIZE_FIELDS = (
-    "d_model",
-    "num_heads",
-    "num_kv_heads",
-    "ffn_dim",
-    "num_blocks",
-    "num_decoder_layers",
-    "vocab_size",
-)
+SECTIONS = ("network", "channel", "model", "data", "training", "scheduler")
+TOP_LEVEL = ("name", "seed", "executor")
+EXPERIMENT = "experiment"  # the section the top-level fields form, for the checks that read them
 
 
-def with_pretrained_sizes(
-    config: ExperimentConfig, workspace: Workspace
-) -> tuple[ExperimentConfig, list[ConfigProblem]]:
-    """With ``model.pretrained_path``, the model's sizes are the checkpoint's: size fields the config
-    leaves out take config.json's values; a size field the config sets must agree with it (a problem
-    naming both otherwise), and the checkpoint's positions must hold seq_len (and bart's target_len)."""
-    m = config.model
-    if m.pretrained_path is None:
-        return config, []
-    from collapipe_core.models.hf.pretrained import pretrained_sizes
-
+def parse_sections(data: Any) -> tuple[ExperimentConfig | None, list[ConfigProblem], frozenset[str]]:
+    """``data`` as a config, the problems pydantic found, and the sections they are in (``broken``:
+    :data:`SECTIONS`, or :data:`EXPERIMENT` for the top-level fields). A broken section is read at its
+    defaults, so that the checks of the other sections still run. None when the config cannot be
+    read at all: not a mapping, an unknown top-level key (a misspelt section), a whole-config rule."""
+    if not isinstance(data, dict):
+        return None, [ConfigProblem("(root)", data, "the config must be a mapping of sections")], frozenset()
     try:
-        directory = pretrained_dir(config, workspace)
-        assert directory is not None
-        workspace.path("model.pretrained_path", f"{m.pretrained_path.rstrip('/')}/config.json")  # not leaving
-        sizes = pretrained_sizes(directory, m.pretrained_path)  # messages name the config's path
-    except FileRefused as err:
-        return config, [ConfigProblem(err.field, err.value, err.message)]
-    except ValueError as err:
-        return config, [ConfigProblem("model.pretrained_path", m.pretrained_path, str(err))]
-    name = short(m.pretrained_path)
-    if sizes.architecture != m.architecture:
-        return config, [
-            ConfigProblem(
-                "model.architecture",
-                m.architecture,
-                f"model.pretrained_path {name} holds a {sizes.architecture} model; set "
-                f"model.architecture: {sizes.architecture}",
-            )
-        ]
-    problems, updates = [], {}
-    for field in SIZE_FIELDS:
-        theirs = getattr(sizes, field)
-        if theirs is None:
-            continue
-        ours = getattr(m, field)
-        if field in m.model_fields_set and ours is not None and ours != theirs:
-            problems.append(
-                ConfigProblem(
-                    f"model.{field}",
-                    ours,
-                    f"conflicts with model.pretrained_path {name}, whose config.json gives {theirs}; "
-                    f"remove model.{field} (it is read from the checkpoint) or set it to {theirs}",
-                )
-            )
-        updates[field] = theirs
-    lengths = [("seq_len", m.seq_len)] + ([("target_len", m.target_len)] if m.kind == "seq2seq" else [])
-    for field, length in lengths:
-        if length > sizes.max_positions:
-            problems.append(
-                ConfigProblem(
-                    f"model.{field}",
-                    length,
-                    f"longer than the {sizes.max_positions} positions of model.pretrained_path {name}; "
-                    f"use at most {sizes.max_positions}",
-                )
-            )
-    return config.model_copy(update={"model": m.model_copy(update=updates)}), problems
+        return ExperimentConfig.model_validate(data), [], frozenset()
+    except ValidationError as err:
+        errors = err.errors()
+    problems = [translated(e) for e in errors]
+    broken = {_section_of(e["loc"]) for e in errors}
+    if None in broken:
+        return None, problems, frozenset()
+    kept = {key: value for key, value in data.items() if _section_of((key,)) not in broken}
+    try:
+        config = ExperimentConfig.model_validate(kept)
+    except ValidationError:  # a rule across sections: nothing more is checked
+        return None, problems, frozenset()
+    return config, problems, frozenset(name for name in broken if name is not None)
+
+
+def _section_of(loc: tuple[Any, ...]) -> str | None:
+    head = str(loc[0]) if loc else ""
+    if head in SECTIONS:
+        return head
+    return EXPERIMENT if head in TOP_LEVEL else None
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
@@ -199,90 +156,138 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def _translate(error: Any) -> ConfigProblem:
-    field = ".".join(str(p) for p in error["loc"]) or "(root)"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    value = error.get("input")
-    if error["type"] == "extra_forbidden":
-        message = "unknown field; remove it or check its spelling against `collapipe config schema`"
-    elif error["type"] in ("float_type", "int_type") and isinstance(value, str):
-        message += (
-            "; numbers are never text (PyYAML reads 4.0e9 as text: write 4.0e+9, or the plain digits "
-            "of an integer)"
-        )
-    elif error["type"] == "int_type" and isinstance(value, float):
-        message += f" (a whole number, not {short(value)})"
-    return ConfigProblem(field, value, message)
-
-
 def check_config(
-    config: ExperimentConfig, workspace: Workspace, *, build: bool = True
+    config: ExperimentConfig,
+    workspace: Workspace,
+    *,
+    build: bool = True,
+    broken: frozenset[str] = frozenset(),
 ) -> list[ConfigProblem]:
     """Cross-field checks in ``workspace``. Returns every problem found (empty when the config can run).
 
-    ``build``: also read the data and build the model (the memory checks), when no problem was found."""
+    ``broken``: the sections that did not parse (:func:`parse_sections`); a check that reads one of
+    them is skipped. ``build``: the data may be read and the model built (the memory checks), as far
+    as the other problems allow (:func:`parse_config`)."""
     problems: list[ConfigProblem] = []
-    m, d, t, s = config.model, config.data, config.training, config.scheduler
+    m, d, t = config.model, config.data, config.training
+
+    def reads(*sections: str) -> bool:
+        return not broken.intersection(sections)
 
     def add(field: str, value: Any, message: str) -> None:
         problems.append(ConfigProblem(field, value, message))
 
-    problems.extend(peft_problems(config))
+    if reads("model", "training"):
+        problems.extend(peft_problems(config))
     devices = config.network.num_clusters * config.network.devices_per_cluster
-    if devices * t.rounds > MAX_DEVICE_ROUNDS:
+    if reads("network", "training") and devices * t.rounds > MAX_DEVICE_ROUNDS:
         add(
             "training.rounds",
             t.rounds,
             f"{devices} devices × {t.rounds} rounds = {devices * t.rounds} device records, more than "
             f"{MAX_DEVICE_ROUNDS:,}; run at most {MAX_DEVICE_ROUNDS // devices} rounds, or fewer devices",
         )
-    if d.dataset not in DATASETS:
-        add("data.dataset", d.dataset, f"unknown dataset; choose one of {', '.join(DATASETS)}")
-    elif d.dataset in DATASET_KINDS and DATASET_KINDS[d.dataset] != m.kind:
-        kind = DATASET_KINDS[d.dataset]
-        same = [name for name, k in DATASET_KINDS.items() if k == m.kind] + [USER_FILES]
-        add(
-            "data.dataset",
-            d.dataset,
-            f"is a {kind} dataset but model.kind is {m.kind}; use one of {', '.join(same)} or set "
-            f"model.kind: {kind}",
-        )
-    if m.kind == "seq2seq" and m.num_decoder_layers < 1:
+    if reads("data", "model"):
+        problems.extend(_dataset_problems(config))
+    refused_keys = hf_config_problems(m) if reads("model") else []
+    problems.extend(refused_keys)
+    if reads("model") and m.kind == "seq2seq" and m.num_decoder_layers < 1:
         add(
             "model.num_decoder_layers", m.num_decoder_layers, "a seq2seq model needs at least 1 decoder layer"
         )
-    b = t.fixed_microbatch_size
-    if t.batch_size is not None:
-        problems.extend(_batch_problems(config))
-    elif b is not None and b > d.samples_per_cluster:
-        add(
-            "training.microbatch_size",
-            b,
-            f"larger than a cluster's data (data.samples_per_cluster = {d.samples_per_cluster})",
-        )
-    elif b is not None and s.num_microbatches * b > d.samples_per_cluster:
-        add(
-            "scheduler.num_microbatches",
-            s.num_microbatches,
-            f"M·b = {s.num_microbatches * b} exceeds a cluster's data "
-            f"({d.samples_per_cluster} samples); lower M or the micro-batch size",
-        )
-    elif s.num_microbatches > s.max_microbatches:
-        add(
-            "scheduler.num_microbatches",
-            s.num_microbatches,
-            f"exceeds scheduler.max_microbatches ({s.max_microbatches})",
-        )
-    problems.extend(_check_policy(config, workspace))
+    if reads("training", "scheduler", "data"):
+        problems.extend(_micro_batch_problems(config))
+    if reads("scheduler", "model", "network"):
+        problems.extend(_check_policy(config, workspace))
     trace = pretrained = None
     try:
-        trace = load_device_trace(config, workspace)
-        pretrained = pretrained_dir(config, workspace)
+        trace = load_device_trace(config, workspace) if reads("network") else None
+        pretrained = pretrained_dir(config, workspace) if reads("model") else None
     except FileRefused as err:
         add(err.field, err.value, err.message)
-    if not problems and build:
-        problems.extend(_check_data_and_memory(config, workspace, trace, pretrained))
+        build = build and err.field != PRETRAINED_FIELD
+    fields = {problem.field for problem in problems}
+    tokenizer_read = build or d.tokenizer.kind != "pretrained"  # a refused checkpoint's is not read
+    if reads("data", "model", "network", EXPERIMENT) and "data.dataset" not in fields and tokenizer_read:
+        # the model is built when every section parsed and nothing was found in what it is built from
+        # but hf_config keys it refuses (it is built without them, as removing them would)
+        blocking = {f for f in fields if f.startswith(("model.", "training.peft"))}
+        blocking -= {problem.field for problem in refused_keys}
+        build = build and not broken and not blocking
+        if refused_keys:
+            kept = {k: v for k, v in m.hf_config.items() if f"model.hf_config.{k}" not in fields}
+            config = config.model_copy(update={"model": m.model_copy(update={"hf_config": kept})})
+        memory = not fields.intersection(MICRO_BATCH_FIELDS)
+        problems.extend(
+            _check_data_and_memory(config, workspace, trace, pretrained, build=build, memory=memory)
+        )
     return problems
+
+
+def _dataset_problems(config: ExperimentConfig) -> list[ConfigProblem]:
+    """``data.dataset`` a known dataset of the model's kind."""
+    d, m = config.data, config.model
+    if d.dataset not in DATASETS:
+        known = ", ".join(DATASETS)
+        return [ConfigProblem("data.dataset", d.dataset, f"unknown dataset; choose one of {known}")]
+    if d.dataset in DATASET_KINDS and DATASET_KINDS[d.dataset] != m.kind:
+        kind = DATASET_KINDS[d.dataset]
+        same = [name for name, k in DATASET_KINDS.items() if k == m.kind] + [USER_FILES]
+        return [
+            ConfigProblem(
+                "data.dataset",
+                d.dataset,
+                f"is a {kind} dataset but model.kind is {m.kind}; use one of {', '.join(same)} or set "
+                f"model.kind: {kind}",
+            )
+        ]
+    return []
+
+
+MICRO_BATCH_FIELDS = frozenset(
+    {
+        "training.batch_size",
+        "training.microbatch_size",
+        "scheduler.num_microbatches",
+        "scheduler.max_microbatches",
+    }
+)
+"""The fields the memory checks' micro-batches are computed from: with a problem on one of them the
+memory of the most favourable micro-batching would be about values the config cannot keep."""
+
+
+def _micro_batch_problems(config: ExperimentConfig) -> list[ConfigProblem]:
+    """The micro-batches against each other and against a cluster's data."""
+    t, s, d = config.training, config.scheduler, config.data
+    b = t.fixed_microbatch_size
+    if t.batch_size is not None:
+        return _batch_problems(config)
+    if b is not None and b > d.samples_per_cluster:
+        return [
+            ConfigProblem(
+                "training.microbatch_size",
+                b,
+                f"larger than a cluster's data (data.samples_per_cluster = {d.samples_per_cluster})",
+            )
+        ]
+    if b is not None and s.num_microbatches * b > d.samples_per_cluster:
+        return [
+            ConfigProblem(
+                "scheduler.num_microbatches",
+                s.num_microbatches,
+                f"M·b = {s.num_microbatches * b} exceeds a cluster's data "
+                f"({d.samples_per_cluster} samples); lower M or the micro-batch size",
+            )
+        ]
+    if s.num_microbatches > s.max_microbatches:
+        return [
+            ConfigProblem(
+                "scheduler.num_microbatches",
+                s.num_microbatches,
+                f"exceeds scheduler.max_microbatches ({s.max_microbatches})",
+            )
+        ]
+    return []
 
 
 def _batch_problems(config: ExperimentConfig) -> list[ConfigProblem]:
@@ -359,32 +364,37 @@ def _check_policy(config: ExperimentConfig, workspace: Workspace) -> list[Config
 
 
 def _check_data_and_memory(
-    config: ExperimentConfig, workspace: Workspace, trace: DeviceTrace | None, pretrained: Path | None
+    config: ExperimentConfig,
+    workspace: Workspace,
+    trace: DeviceTrace | None,
+    pretrained: Path | None,
+    *,
+    build: bool = True,
+    memory: bool = True,
 ) -> list[ConfigProblem]:
-    from collapipe_core.data import DataError, dataset_size, load_dataset, vocab_sizes
+    """The data read and counted against the config; then, with ``build`` and the data's vocabulary
+    known, the model built (problems transformers finds) and, with ``memory``, its memory checked."""
+    from collapipe_core.data import DataError, load_dataset, vocab_sizes
 
-    d, net = config.data, config.network
-    problems: list[ConfigProblem] = []
     try:
-        if d.dataset in (USER_FILES, *DATASETS_CAUSAL_LM):
-            load_dataset(config, workspace)  # the files' every check, and the exact sample count
-        available = dataset_size(config, workspace)
-        src_vocab, tgt_size = vocab_sizes(config, workspace)
+        capacity = data_capacity(config, workspace)
     except DataError as err:
         return [ConfigProblem(err.field, err.value, err.message)]
     except ValueError as err:
-        return [ConfigProblem("data", d.dataset, str(err))]
-    needed = d.eval_samples + net.num_clusters * d.samples_per_cluster
-    if needed > available:
-        problems.append(
-            ConfigProblem(
-                "data.samples_per_cluster",
-                d.samples_per_cluster,
-                f"{net.num_clusters} clusters × {d.samples_per_cluster} + {d.eval_samples} eval samples "
-                f"= {needed}, but {d.dataset} has {available} usable samples at model.seq_len = "
-                f"{config.model.seq_len}; lower data.samples_per_cluster or data.eval_samples",
-            )
-        )
+        return [ConfigProblem("data", config.data.dataset, str(err))]
+    problems = capacity.problems(config)
+    if not capacity.read:  # the files' rows are held out before their tokenizer is trained
+        return problems
+    try:
+        if not problems and config.data.dataset in (USER_FILES, *DATASETS_CAUSAL_LM):
+            load_dataset(config, workspace)  # the split: the files' every other check
+        src_vocab, tgt_size = vocab_sizes(config, workspace)
+    except DataError as err:
+        return [*problems, ConfigProblem(err.field, err.value, err.message)]
+    except ValueError as err:
+        return [*problems, ConfigProblem("data", config.data.dataset, str(err))]
+    if not build:
+        return problems
     try:
         env = build_environment(config, src_vocab, tgt_size, trace, pretrained)
     except Exception as err:  # the model cannot be built: a field the message names, or the model
@@ -396,6 +406,8 @@ def _check_data_and_memory(
             raise  # CollaPipe's own models: a bug, not the user's input
         return [*problems, _not_built(config, err)]
     problems.extend(host_memory_problems(config, env.profile, workspace.memory_limit_bytes))
+    if not memory:
+        return problems
     # the M that needs the least memory: one micro-batch of b samples, or with a fixed batch the most
     # micro-batches (B/M_max samples each; GPipe keeps all M in flight, 1F1B at best one)
     st = env.settings
@@ -423,6 +435,27 @@ def _check_data_and_memory(
     ]
     problems.extend(memory_problems(env.scenario.memory_bytes, options, config.model.num_blocks, micro))
     return problems
+
+
+def checked_data_capacity(data: Any, workspace: Workspace) -> DataCapacity:
+    """:func:`data_capacity` of config ``data`` when what its data depend on parses (data, model,
+    network and the top-level fields, a known dataset of the model's kind), whatever else the config
+    gets wrong (data.samples_per_cluster above all): ConfigError naming what stops it otherwise."""
+    from collapipe_core.data import DataError
+
+    config, problems, broken = parse_sections(data)
+    if config is None or broken & {"data", "model", "network", EXPERIMENT}:
+        raise ConfigError(problems)
+    problems = _dataset_problems(config)
+    if problems:
+        raise ConfigError(problems)
+    config, _, _ = with_pretrained_sizes(config, workspace)  # the checkpoint's vocabulary, when it is read
+    try:
+        return data_capacity(config, workspace)
+    except DataError as err:
+        raise ConfigError([ConfigProblem(err.field, err.value, err.message)]) from None
+    except ValueError as err:
+        raise ConfigError([ConfigProblem("data", config.data.dataset, str(err))]) from None
 
 
 def _not_built(config: ExperimentConfig, err: Exception) -> ConfigProblem:

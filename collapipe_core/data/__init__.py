@@ -7,8 +7,16 @@ Parquet, any kind). See docs/datasets.md for provenance, licences and sizes.
 """
 
 from collapipe_core.data.batches import batch_indices
-from collapipe_core.data.bundle import DatasetBundle, Shard, dataset_size, load_dataset, vocab_sizes
-from collapipe_core.data.errors import DataError
+from collapipe_core.data.bundle import (
+    DatasetBundle,
+    Shard,
+    dataset_counts,
+    dataset_size,
+    load_dataset,
+    size_words,
+    vocab_sizes,
+)
+from collapipe_core.data.errors import DataError, TooFewSamples
 from collapipe_core.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SpecialIds, decode_tokens
 
 __all__ = [
@@ -20,9 +28,12 @@ __all__ = [
     "DatasetBundle",
     "Shard",
     "SpecialIds",
+    "TooFewSamples",
     "batch_indices",
+    "dataset_counts",
     "dataset_size",
     "decode_tokens",
     "load_dataset",
+    "size_words",
     "vocab_sizes",
 ]

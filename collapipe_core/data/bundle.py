@@ -106,8 +106,15 @@ def vocab_sizes(config: ExperimentConfig, workspace: Workspace | None = None) ->
 def dataset_size(config: ExperimentConfig, workspace: Workspace | None = None) -> int:
     """Samples available: after length filtering (seq2seq), truncation and de-duplication (classifier),
     windows (causal_lm); user files count the training and the held-out file's samples together."""
+    train, held_out = dataset_counts(config, workspace)
+    return train + (held_out or 0)
+
+
+def dataset_counts(config: ExperimentConfig, workspace: Workspace | None = None) -> tuple[int, int | None]:
+    """(the samples the clusters' shards are drawn from — and the held-out set, without an eval file —,
+    the eval file's samples or None), counted as :func:`dataset_size` counts them."""
     corpus = _corpus(config, workspace)
-    return int(corpus.keys.size) + (len(corpus.held_out[0]) if corpus.held_out is not None else 0)
+    return int(corpus.keys.size), (len(corpus.held_out[0]) if corpus.held_out is not None else None)
 
 
 def load_dataset(config: ExperimentConfig, workspace: Workspace | None = None) -> DatasetBundle:
@@ -121,7 +128,7 @@ def load_dataset(config: ExperimentConfig, workspace: Workspace | None = None) -
     data, num_clusters, seed = config.data, config.network.num_clusters, config.seed
     if corpus.held_out is None:
         if corpus.keys.size < data.eval_samples + num_clusters * data.samples_per_cluster:
-            raise too_few_samples(config, int(corpus.keys.size), *_size_words(config))
+            raise too_few_samples(config, int(corpus.keys.size), *size_words(config))
         split = split_samples(
             corpus.keys,
             eval_samples=data.eval_samples,
@@ -170,11 +177,13 @@ def _licence(name: str) -> str:
     return pydoc_topics.LICENCE if name == pydoc_topics.NAME else user_files.LICENCE
 
 
-def _size_words(config: ExperimentConfig) -> tuple[str, str, str]:
+def size_words(config: ExperimentConfig) -> tuple[str, str, str]:
     """(source, unit, hint) of the too-small message for ``config``'s dataset."""
     name, seq_len = config.data.dataset, config.model.seq_len
     if name == USER_FILES:
         assert config.data.files is not None
+        if config.model.kind != "causal_lm":
+            return quoted_name(config.data.files.train), "rows", ", or add rows to the file"
         hint = ", lower model.seq_len, or add text to the file"
         windows = f"windows of model.seq_len + 1 = {seq_len + 1} tokens"
         return quoted_name(config.data.files.train), windows, hint

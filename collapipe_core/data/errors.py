@@ -48,19 +48,28 @@ class FileContext:
         return DataError(field or self.field, value, f"{quoted_name(self.name)} {message}")
 
 
+class TooFewSamples(DataError):
+    """The dataset holds fewer samples than the config draws; ``available``: how many it holds."""
+
+    def __init__(self, field: str, value: object, message: str, available: int) -> None:
+        super().__init__(field, value, message)
+        self.available = available
+
+
 def too_few_samples(
     config: ExperimentConfig, available: int, source: str, unit: str, hint: str = ""
-) -> DataError:
+) -> TooFewSamples:
     """The dataset (``source``) holds fewer samples than eval_samples + num_clusters x samples_per_cluster."""
     data, clusters = config.data, config.network.num_clusters
     needed = data.eval_samples + clusters * data.samples_per_cluster
-    return DataError(
+    return TooFewSamples(
         "data.samples_per_cluster",
         data.samples_per_cluster,
         f"{source} has {available} {unit} but the config needs {needed}: data.eval_samples "
         f"({data.eval_samples}) + network.num_clusters ({clusters}) x data.samples_per_cluster "
         f"({data.samples_per_cluster}); lower data.eval_samples, data.samples_per_cluster or "
         f"network.num_clusters{hint}",
+        available,
     )
 
 

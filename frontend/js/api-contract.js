@@ -23,6 +23,11 @@ export const API_CONTRACT = {
   "GET /api/config/schema": [],
   "POST /api/config/validate": [],
   "POST /api/config/preflight": [],
+  "POST /api/config/dataset": [
+    "source", "unit", "train", "held_out", "max_samples_per_cluster", "max_eval_samples"
+  ],
+  "GET /api/config/checkpoint": ["architecture", "max_positions"],
+  "GET /api/config/architectures": ["{}.kind", "{}.config_fields"],
   "GET /api/config/policies": [],
   "GET /api/config/metrics": ["[].name", "[].scope", "[].description"],
   "GET /api/files": [

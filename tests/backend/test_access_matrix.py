@@ -24,7 +24,7 @@ RANK = {"anonymous": 0, "viewer": 1, "operator": 2, "admin": 3}
 @dataclass(frozen=True)
 class Endpoint:
     method: str
-    path: str  # with {experiment}, {run}, {user}, {token}, {study} placeholders
+    path: str  # with {experiment}, {run}, {round}, {user}, {token}, {study}, {name} placeholders
     role: str  # the least role allowed ("anonymous": public)
     body: Any = None
     streams: bool = False  # an endpoint that streams forever when allowed: only denials are checked here
@@ -43,6 +43,9 @@ MATRIX = [
     Endpoint("GET", "/api/config/schema", "viewer"),
     Endpoint("POST", "/api/config/validate", "viewer", tiny_config()),
     Endpoint("POST", "/api/config/preflight", "viewer", tiny_config()),
+    Endpoint("POST", "/api/config/dataset", "viewer", tiny_config()),
+    Endpoint("GET", "/api/config/checkpoint?path=checkpoints/none", "viewer"),
+    Endpoint("GET", "/api/config/architectures", "viewer"),
     Endpoint("GET", "/api/config/metrics", "viewer"),
     Endpoint("GET", "/api/config/policies", "viewer"),
     Endpoint("GET", "/api/files", "viewer"),
@@ -54,7 +57,7 @@ MATRIX = [
     Endpoint("GET", "/api/runs/events", "viewer", streams=True),
     Endpoint("GET", "/api/runs/{run}/rounds", "viewer"),
     Endpoint("GET", "/api/runs/{run}/devices", "viewer"),
-    Endpoint("GET", "/api/runs/{run}/rounds/1/devices", "viewer"),
+    Endpoint("GET", "/api/runs/{run}/rounds/{round}/devices", "viewer"),
     Endpoint("GET", "/api/runs/{run}/decisions", "viewer"),
     Endpoint("GET", "/api/runs/{run}/timeline?round=1", "viewer"),
     Endpoint("GET", "/api/runs/{run}/export", "viewer"),
@@ -121,6 +124,7 @@ def ids(api: Api, tmp_path: Path) -> dict[str, Any]:
         "token": token,
         "study": study,
         "name": "datasets/m.jsonl",
+        "round": 1,
     }
 
 

@@ -97,6 +97,10 @@ class Family:
         }
         return {key: values[name] for name, keys in SIZE_KEYS[self.name].items() for key in keys}
 
+    def config_fields(self) -> frozenset[str]:
+        """The keys the config class takes: its fields, and the legacy keys it accepts."""
+        return frozenset(f.name for f in dataclasses.fields(self.config_class)) | self.extra_keys
+
     def config_kwargs(self, model_cfg: ModelConfig, args: BuildArgs, *, pretrained: bool) -> dict[str, Any]:
         """Keyword arguments of the config class: CollaPipe's fields, then the checked ``hf_config``.
 
@@ -105,7 +109,7 @@ class Family:
         run = {**self.run_fields(model_cfg, args), "use_cache": (False, "stages keep no cache")}
         set_by_us = {**self.size_fields(model_cfg, args), **special_id_fields(args), **run}
         kwargs = {key: value for key, (value, _) in (run if pretrained else set_by_us).items()}
-        allowed = {f.name for f in dataclasses.fields(self.config_class)} | self.extra_keys
+        allowed = self.config_fields()
         for key, value in model_cfg.hf_config.items():
             where = f"model.hf_config.{key}"
             if key.startswith("_"):
