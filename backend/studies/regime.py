@@ -10,7 +10,10 @@ the cell's runs (its seeds):
   (``mean_microbatches``) and its mean round latency;
 - the best budget holder: among the baselines whose every run keeps the devices' time-average energy
   within their budgets (``energy_over_budget_max`` ≤ 1) and every device's modeled memory within its
-  capacity (``memory_over_capacity_max`` ≤ 1), the one with the least mean round latency;
+  capacity (``memory_over_capacity_max`` ≤ 1), the one with the least mean round latency. ``myopic`` is
+  no candidate: it is DSSDA's own objective with the energy queues at zero, an ablation of DSSDA rather
+  than another scheduler (wherever no budget binds it decides as DSSDA does, and a map against it
+  reads 1.000 everywhere); it stays in ``baselines`` with its latency and whether it holds;
 - ``latency_ratio``: DSSDA's mean latency over the best holder's. With a fixed batch
   (``training.batch_size``) every policy trains the same samples per round, so the ratio of the time
   to a target loss is the ratio of cumulative latency over the same rounds: this ratio;
@@ -33,12 +36,14 @@ from backend.studies.schemas import RegimeAxes, RegimeBaseline, RegimeMap, Regim
 POLICY_AXIS = "scheduler.policy"
 OURS = "dssda"
 MEMORY_REFERENCE = "fl"
+ABLATIONS = frozenset({"myopic"})  # DSSDA's variants: listed beside the baselines, never the best holder
 Figures = Mapping[str, float | None]
 
 REGIME_NOTE = (
     "Regime map: at every point of {x} × {y}, DSSDA's mean round latency over the best budget holder's "
     "(the baseline with the least mean latency among those whose devices' time-average energy stays "
-    "within budget and whose modeled memory fits in every run); below 1 DSSDA is faster. Each point "
+    "within budget and whose modeled memory fits in every run; myopic, DSSDA without its energy queues, "
+    "is listed but no candidate); below 1 DSSDA is faster. Each point "
     "reads DSSDA's devices holding blocks per cluster and its M (means over rounds and seeds). {batch}"
 )
 FIXED_BATCH = (
@@ -147,7 +152,7 @@ def point(
         for policy, cell in by_policy.items()
         if policy != OURS
     ]
-    holders = [b for b in baselines if b.holds and b.mean_latency_s is not None]
+    holders = [b for b in baselines if b.holds and b.mean_latency_s is not None and b.policy not in ABLATIONS]
     best = min(holders, key=lambda b: b.mean_latency_s or 0.0) if holders else None
     latency = _mean(our_runs, "mean_latency_s")
     devices, microbatches = (

@@ -42,7 +42,7 @@ def _map(runs: dict[tuple[str, float, str], list[dict[str, float]]]) -> Any:
         cells.append(Cell(i, "base", {"scheduler.policy": policy, X: x, Y: memory}))
         by_cell[i] = figures
     axis_values = {
-        "scheduler.policy": ["dssda", "split", "uniform", "fl"],
+        "scheduler.policy": ["dssda", "split", "uniform", "fl", "myopic"],
         X: [SLOW, FAST],
         Y: [SHORT, AMPLE],
     }
@@ -78,6 +78,21 @@ def test_the_best_baseline_is_the_fastest_that_keeps_to_the_budgets_and_the_memo
         "DSSDA 11 s (within budgets and memory), 1.2 dev · M 29; best budget holder uniform (×0.5); "
         "split 8.5 s (does not hold), uniform 22 s, fl 5 s (does not hold); peak memory × fl 0.5"
     )
+
+
+def test_myopic_is_listed_but_never_the_best_holder() -> None:
+    """myopic is DSSDA without its energy queues: where no budget binds it decides as DSSDA does, so a map
+    against it would read 1.000 everywhere; the best holder is the fastest of the other baselines."""
+    runs = {
+        ("dssda", FAST, "ample"): [_run(10.0)],
+        ("myopic", FAST, "ample"): [_run(10.0)],
+        ("uniform", FAST, "ample"): [_run(16.0)],
+        ("split", FAST, "ample"): [_run(20.0)],
+    }
+    [point] = _map(runs).points
+    assert (point.best_baseline, point.latency_ratio) == ("uniform", pytest.approx(10.0 / 16.0))
+    assert {b.policy: (b.mean_latency_s, b.holds) for b in point.baselines}["myopic"] == (10.0, True)
+    assert "myopic 10 s" in point.summary
 
 
 def test_points_sit_on_the_axes_in_the_study_s_order_and_a_point_without_a_holder_has_no_ratio() -> None:
