@@ -1,17 +1,19 @@
 // The DSSDA decision log: per round the objective and its terms, micro-batches M per cluster, the
 // blocks moved since the previous round and the share of latency they cost, solver iterations, solve
-// time and feasibility (GET /api/runs/{id}/decisions). Newest first, paged; live
-// rounds join the first page. A round's number is a button: it opens that round (its explanation and
-// its Gantt); the round open is marked.
+// time, feasibility and the segments (TEBs per device, ↻ where a device recomputes its activations)
+// (GET /api/runs/{id}/decisions). Newest first, paged; live rounds join the first page. A round's
+// number is a button: it opens that round (its explanation and its Gantt); the round open is marked.
 
 import { get } from '../api.js';
 import { h, clear } from '../dom.js';
 import { formatNumber, formatPercent, formatValue } from '../format.js';
+import { RECOMPUTE_MARK, RECOMPUTE_NOTE, recomputingDevices } from './recompute.js';
 
 /** Rounds on a page of the log. */
 export const DECISION_PAGE = 12;
 const PAGE = DECISION_PAGE;
 const TERMS = ['objective_latency', 'objective_convergence', 'objective_energy'];
+const COLUMNS = 12;
 
 /** "3 (12 %)": TEBs moved and the share of the round latency they cost; "—" for rounds recorded before. */
 function moves(item) {
@@ -22,7 +24,25 @@ function moves(item) {
     : `${item.blocks_moved} (${formatPercent(share)})`;
 }
 
-function row(item, onSelect) {
+/** "2 1↻ 1 0 / 4↻ 0 0 0": each cluster's TEBs per device in pipeline order, ↻ on the devices that
+ * recompute (``recomputing``: their ids). */
+function segmentsCell(item, recomputing) {
+  const clusters = item.decision?.clusters || [];
+  if (!clusters.length) return h('td', {}, '—');
+  const parts = [];
+  clusters.forEach((cluster, n) => {
+    if (n) parts.push(' / ');
+    cluster.devices.forEach((d, k) => {
+      if (k) parts.push(' ');
+      parts.push(recomputing.has(d.device)
+        ? h('span.recompute', { 'data-recompute': d.device, title: `${d.device} ${RECOMPUTE_NOTE}` }, `${d.num_blocks}${RECOMPUTE_MARK}`)
+        : String(d.num_blocks));
+    });
+  });
+  return h('td.nowrap', { 'data-segments': '' }, parts);
+}
+
+function row(item, onSelect, config) {
   const feasible = item.feasible
     ? h('span.good', {}, 'yes')
     : h('span.bad', { title: item.violations.join('; ') }, `no (${item.violations.length})`);
@@ -37,13 +57,16 @@ function row(item, onSelect) {
     h('td.num', { title: 'TEBs whose optimizer state changed device (share of the round latency)' }, moves(item)),
     h('td.num', {}, item.solver_iterations),
     h('td.num', {}, formatValue(item.solve_time_s, 's')),
-    h('td', {}, feasible));
+    h('td', {}, feasible),
+    segmentsCell(item, recomputingDevices(config, item.decision)));
 }
 
 export class DecisionLog {
-  /** ``onSelect(round, item)``: the user opened a round (its number's button). */
-  constructor(runId, { onSelect = () => {} } = {}) {
+  /** ``onSelect(round, item)``: the user opened a round (its number's button). ``config``: the run's
+   * (who recomputes). */
+  constructor(runId, config, { onSelect = () => {} } = {}) {
     this.runId = runId;
+    this.config = config;
     this.onSelect = onSelect;
     this.marked = null;
     this.total = 0;
@@ -52,11 +75,12 @@ export class DecisionLog {
     this.pager = h('div.row.small');
     this.panel = h('section.panel', { id: 'decisions' },
       h('h3', {}, 'Decision log'),
-      h('p.chart-note', {}, 'Objective V·(T + λ·G) + Σ Q·E and its terms per round; M per cluster; blocks moved since the previous round (their optimizer state changed device) and the share of latency they cost; solver iterations and wall time of the decision.'),
+      h('p.chart-note', {}, `Objective V·(T + λ·G) + Σ Q·E and its terms per round; M per cluster; blocks moved since the previous round (their optimizer state changed device) and the share of latency they cost; solver iterations and wall time of the decision; the segments: TEBs per device in pipeline order, clusters separated by /, ${RECOMPUTE_MARK} where a device ${RECOMPUTE_NOTE}.`),
       h('div.table-wrap', {}, h('table.decision-log', { 'aria-label': 'Decision log' },
         h('thead', {}, h('tr', {}, h('th.num', {}, 'Round'), h('th', {}, 'Policy'), h('th.num', {}, 'Objective'),
           h('th.num', {}, 'V·T'), h('th.num', {}, 'V·λ·G'), h('th.num', {}, 'Σ Q·E'), h('th', {}, 'M per cluster'),
-          h('th.num', {}, 'Blocks moved'), h('th.num', {}, 'Iterations'), h('th.num', {}, 'Solve time'), h('th', {}, 'Feasible'))),
+          h('th.num', {}, 'Blocks moved'), h('th.num', {}, 'Iterations'), h('th.num', {}, 'Solve time'), h('th', {}, 'Feasible'),
+          h('th', {}, 'Segments'))),
         this.tbody)),
       this.pager);
   }
@@ -78,8 +102,8 @@ export class DecisionLog {
 
   render(items) {
     clear(this.tbody);
-    if (!items.length) this.tbody.append(h('tr', {}, h('td.empty', { colspan: 11 }, 'No rounds yet.')));
-    for (const item of items) this.tbody.append(row(item, this.onSelect));
+    if (!items.length) this.tbody.append(h('tr', {}, h('td.empty', { colspan: COLUMNS }, 'No rounds yet.')));
+    for (const item of items) this.tbody.append(row(item, this.onSelect, this.config));
     this.mark(this.marked);
     this.renderPager();
   }
@@ -117,7 +141,7 @@ export class DecisionLog {
     if (empty) empty.parentElement.remove();
     for (const event of rounds) {
       const r = event.round;
-      this.tbody.prepend(row({ ...r, num_microbatches: r.num_microbatches || [], violations: r.violations || [] }, this.onSelect));
+      this.tbody.prepend(row({ ...r, num_microbatches: r.num_microbatches || [], violations: r.violations || [] }, this.onSelect, this.config));
     }
     while (this.tbody.children.length > PAGE) this.tbody.lastElementChild.remove();
     this.renderPager();

@@ -16,11 +16,14 @@
 // part beyond DEVICE_SERIES_POINTS points per device (thinTrace).
 //
 // Devices are loaded on demand (a big network opens on one cluster): addDevices() adds them.
-// Constant per-device lines (capacity, budget) are one trace of segments per chart, and measured
-// values (distributed executor) one marker trace.
+// Constant per-device lines (capacity, budget) are one trace of segments per chart, a segment per
+// value (devices of the same capacity share a line; hover names them), and measured values
+// (distributed executor) one marker trace. A chart of bytes (memory) has its ticks and hover texts in
+// the units of the page's tiles (axes.js: KiB, MiB, GiB), its ticks following the range drawn.
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
+import { byteTicks, bytesText } from './axes.js';
 import {
   PLOT_CONFIG, X_AXES, baseLayout, deviceColor, liveAxis, plotly, purge, swapX, thinTrace, xAxisLayout, xPair,
 } from '../plot.js';
@@ -44,14 +47,14 @@ export const DEVICE_CHARTS = [
   },
   {
     id: 'memory', title: 'Memory vs capacity', unit: 'bytes',
-    note: 'solid: modeled memory_bytes · grey dashed: memory_capacity_bytes · open circles: measured peak RSS of the device\'s whole process (distributed executor; Python and torch included, which the model counts as runtime_overhead_bytes)',
+    note: 'solid: modeled memory_bytes · grey dashed: memory_capacity_bytes (a line per capacity; hover names its devices) · open circles: measured peak RSS of the device\'s whole process (distributed executor; Python and torch included, which the model counts as runtime_overhead_bytes)',
     series: [{ metric: 'memory_bytes' }],
     limit: { metric: 'memory_capacity_bytes', name: 'capacity' },
     measured: { name: 'measured process peak RSS', value: measuredMemory },
   },
   {
     id: 'energy', title: 'Energy vs budget', unit: 'J',
-    note: 'solid: energy_j (modeled) · grey dashed: energy_budget_j Ē_k',
+    note: 'solid: energy_j (modeled) · grey dashed: energy_budget_j Ē_k (a line per budget; hover names its devices)',
     series: [{ metric: 'energy_j' }],
     limit: { metric: 'energy_budget_j', name: 'budget' },
   },
@@ -94,6 +97,14 @@ const FIGURE_BOTTOM = 40;
 /** With more devices than this, a trace per cluster and series instead of one per device. */
 export const GROUP_ABOVE = 8;
 
+/** Devices named on a shared limit line: all of them up to LIMIT_NAMES, then how many more. */
+const LIMIT_NAMES = 8;
+
+function deviceList(devices) {
+  if (devices.length <= LIMIT_NAMES) return devices.join(', ');
+  return `${devices.slice(0, LIMIT_NAMES).join(', ')} and ${devices.length - LIMIT_NAMES} more`;
+}
+
 /** The cluster of a device id ('c3-d1' -> 'c3'). */
 function clusterOf(device) {
   const dash = device.indexOf('-');
@@ -125,6 +136,8 @@ export class DeviceCharts {
     this.specOf = new Map(); // `${chart}|${seriesIndex}|${device or cluster}` -> spec
     this.limitValue = new Map(defs.map((def) => [def.id, new Map()])); // chart -> device -> constant limit
     this.fixedIndex = new Map(); // `${chart}|limit` or `${chart}|measured` -> trace index
+    // charts of bytes: chart -> {lo, hi} of the values drawn, and the range their ticks were made for
+    this.byteRange = new Map(defs.filter((d) => d.unit === 'bytes').map((def) => [def.id, { lo: Infinity, hi: -Infinity, ticked: null }]));
     this.loaded = new Set(); // devices with traces
     this.lastRound = 0;
     this.lastElapsed = 0; // modeled elapsed time at the end of lastRound
@@ -165,6 +178,7 @@ export class DeviceCharts {
       trace.x = own.x;
       trace.y = own.y;
       trace.customdata = own.customdata;
+      if (this.byteRange.has(spec.chart)) trace.hovertext = own.y.map(bytesText);
       return;
     }
     let x = [];
@@ -184,17 +198,51 @@ export class DeviceCharts {
     trace.y = y;
     trace.customdata = customdata;
     trace.text = text;
+    if (this.byteRange.has(spec.chart)) trace.hovertext = y.map(bytesText);
+  }
+
+  /** How hover shows a value of chart ``chartId``: as plotly.js formats it, or (bytes) its hovertext. */
+  hoverValue(chartId) {
+    return this.byteRange.has(chartId) ? '%{hovertext}' : '%{y}';
   }
 
   /** A device trace's hover text: its device (a cluster's: each point's, from text), metric, x. */
   hover(spec) {
     const metric = this.defs.find((d) => d.id === spec.chart).series[spec.si].metric;
-    return `${this.grouped ? '%{text}' : spec.key} · ${metric}<br>${X_AXES[this.axis].hover}<br>%{y}<extra></extra>`;
+    return `${this.grouped ? '%{text}' : spec.key} · ${metric}<br>${X_AXES[this.axis].hover}<br>${this.hoverValue(spec.chart)}<extra></extra>`;
   }
 
   /** The measured trace's hover text. */
-  measuredHover() {
-    return `%{text} · measured<br>${X_AXES[this.axis].hover}<br>%{y}<extra></extra>`;
+  measuredHover(def) {
+    return `%{text} · measured<br>${X_AXES[this.axis].hover}<br>${this.hoverValue(def.id)}<extra></extra>`;
+  }
+
+  /** Values of chart ``chartId`` about to be drawn: a chart of bytes widens its range to them. */
+  widen(chartId, values) {
+    const range = this.byteRange.get(chartId);
+    if (!range) return;
+    for (const v of values) {
+      if (v === null || v === undefined || !Number.isFinite(v)) continue;
+      if (v < range.lo) range.lo = v;
+      if (v > range.hi) range.hi = v;
+    }
+  }
+
+  /** The y axis fields of chart ``def`` at ``index``: ticks in the page's byte units, or the unit's format. */
+  yAxisFormat(def) {
+    const range = this.byteRange.get(def.id);
+    if (!range) return axisFormat(def.unit);
+    range.ticked = [range.lo, range.hi];
+    return { tickmode: 'array', ...byteTicks(range.lo, range.hi), hoverformat: '' };
+  }
+
+  /** The ticks of the charts of bytes whose range grew since they were made, in the drawn layout. */
+  refreshTicks() {
+    this.defs.forEach((def, i) => {
+      const range = this.byteRange.get(def.id);
+      if (!range || (range.ticked && range.ticked[0] === range.lo && range.ticked[1] === range.hi)) return;
+      Object.assign(this.el.layout[i === 0 ? 'yaxis' : `yaxis${i + 1}`], this.yAxisFormat(def));
+    });
   }
 
   /** Keep the series of ``devices`` from ``history``; the device traces (new ones) they need. */
@@ -214,6 +262,7 @@ export class DeviceCharts {
           this.series.set(`${def.id}|${si}|${device}`, {
             x: data ? data[this.axis].slice() : [], y: data ? data.value.slice() : [], customdata: data ? data[other].slice() : [],
           });
+          if (data) this.widen(def.id, data.value);
           const key = this.grouped ? clusterOf(device) : device;
           let spec = this.specOf.get(`${def.id}|${si}|${key}`);
           if (spec) {
@@ -242,6 +291,7 @@ export class DeviceCharts {
         for (const device of devices) {
           const data = history[def.limit.metric]?.[device];
           if (data && data.value.length) this.limitValue.get(def.id).set(device, data.value[data.value.length - 1]);
+          if (data) this.widen(def.id, data.value);
         }
       }
     });
@@ -252,18 +302,26 @@ export class DeviceCharts {
     return traces;
   }
 
-  /** The limit lines (capacity, budget) of every loaded device of a chart: one trace, null between segments. */
+  /** The limit lines (capacity, budget) of the loaded devices of a chart: one trace, a segment per
+   * value (the devices of that value named in its text), null between segments. */
   limitSegments(def) {
     const x = [];
     const y = [];
     const text = [];
     const end = this.axis === 'round' ? this.lastRound : this.lastElapsed;
+    const byValue = new Map();
     for (const [device, value] of this.limitValue.get(def.id)) {
+      if (value === null || value === undefined) continue;
+      if (!byValue.has(value)) byValue.set(value, []);
+      byValue.get(value).push(device);
+    }
+    for (const [value, devices] of byValue) {
+      const names = deviceList(devices);
       x.push(0, end, null);
       y.push(value, value, null);
-      text.push(device, device, null);
+      text.push(names, names, null);
     }
-    return { x, y, text };
+    return { x, y, text, ...(this.byteRange.has(def.id) ? { hovertext: y.map(bytesText) } : {}) };
   }
 
   layout() {
@@ -278,7 +336,7 @@ export class DeviceCharts {
     this.defs.forEach((def, i) => {
       const top = 1 - (i * (TITLE_GAP + SUBPLOT_HEIGHT) + TITLE_GAP) / area;
       const bottom = 1 - ((i + 1) * (TITLE_GAP + SUBPLOT_HEIGHT)) / area;
-      layout[i === 0 ? 'yaxis' : `yaxis${i + 1}`] = liveAxis({ nticks: 4, ...axisFormat(def.unit), anchor: 'x', domain: [Math.max(0, bottom), top] });
+      layout[i === 0 ? 'yaxis' : `yaxis${i + 1}`] = liveAxis({ nticks: 4, ...this.yAxisFormat(def), anchor: 'x', domain: [Math.max(0, bottom), top] });
     });
     return layout;
   }
@@ -294,16 +352,16 @@ export class DeviceCharts {
           type: 'scatter', mode: 'lines', name: def.limit.name, connectgaps: false, xaxis: 'x', yaxis,
           meta: { chart: def.id, kind: 'limit', metric: def.limit.metric }, x: [], y: [], text: [],
           line: { color: '#8a97a6', width: 1, dash: 'dash' }, showlegend: false,
-          hovertemplate: `%{text} · ${def.limit.metric}<br>%{y}<extra></extra>`,
+          hovertemplate: `%{text} · ${def.limit.metric}<br>${this.hoverValue(def.id)}<extra></extra>`,
         });
       }
       if (def.measured) {
         this.fixedIndex.set(`${def.id}|measured`, head.length);
         head.push({
-          type: 'scatter', mode: 'markers', name: def.measured.name, x: [], y: [], customdata: [], text: [], showlegend: false,
+          type: 'scatter', mode: 'markers', name: def.measured.name, x: [], y: [], customdata: [], text: [], hovertext: [], showlegend: false,
           xaxis: 'x', yaxis, meta: { chart: def.id, kind: 'measured' },
           marker: { size: 7, color: [], symbol: 'circle-open', line: { width: 2 } },
-          hovertemplate: this.measuredHover(),
+          hovertemplate: this.measuredHover(def),
         });
       }
     });
@@ -326,6 +384,7 @@ export class DeviceCharts {
     if (!fresh.length) return;
     const traces = this.deviceTraces(history, fresh, this.el.data.length);
     this.refreshLimits(this.el.data);
+    this.refreshTicks();
     if (traces.length) plotly().addTraces(this.el, traces);
     else plotly().redraw(this.el);
     this.bind();
@@ -367,6 +426,7 @@ export class DeviceCharts {
         });
         for (const [key, column] of columns) {
           const own = this.series.get(key);
+          this.widen(def.id, column.y);
           thinTrace(own, column.x.length, DEVICE_SERIES_POINTS);
           own.x.push(...column.x);
           own.y.push(...column.y);
@@ -384,12 +444,15 @@ export class DeviceCharts {
     for (const def of this.defs) {
       if (def.limit) {
         for (const device of newest) {
-          if (this.loaded.has(device.device_id)) this.limitValue.get(def.id).set(device.device_id, device[def.limit.metric]);
+          if (!this.loaded.has(device.device_id)) continue;
+          this.limitValue.get(def.id).set(device.device_id, device[def.limit.metric]);
+          this.widen(def.id, [device[def.limit.metric]]);
         }
       }
       if (def.measured) this.extendMeasured(def, rounds, only);
     }
     this.refreshLimits(data);
+    this.refreshTicks();
     for (const spec of changed) this.fill(spec.trace, spec);
     // the traces' new arrays are in place: one redraw (what Plotly.extendTraces does after appending)
     if (changed.size) plotly().redraw(this.el);
@@ -406,6 +469,7 @@ export class DeviceCharts {
       devices: Object.entries(item.measured).map(([id, measured]) => ({ device_id: id, measured })),
     }));
     for (const def of defs) this.extendMeasured(def, events, null);
+    this.refreshTicks();
     plotly().redraw(this.el);
   }
 
@@ -421,7 +485,9 @@ export class DeviceCharts {
         trace.x.push(x);
         trace.customdata.push(customdata);
         trace.y.push(value);
+        if (this.byteRange.has(def.id)) trace.hovertext.push(bytesText(value));
         trace.text.push(device.device_id);
+        this.widen(def.id, [value]);
         trace.marker.color.push(this.color(device.device_id));
       }
     }
@@ -443,7 +509,7 @@ export class DeviceCharts {
     for (const def of this.defs.filter((d) => d.measured)) {
       const trace = this.el.data[this.fixedIndex.get(`${def.id}|measured`)];
       swapX(trace);
-      trace.hovertemplate = this.measuredHover();
+      trace.hovertemplate = this.measuredHover(def);
     }
     this.refreshLimits(this.el.data);
     Object.assign(this.el.layout.xaxis, xAxisLayout(axis), { autorange: true });

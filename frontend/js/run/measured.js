@@ -10,12 +10,14 @@
 // FLOP/s and link rates, so the time chart has a logarithmic axis. docs/distributed.md defines each
 // measured figure. Data: the decision log's items (GET /api/runs/{id}/decisions, each item's
 // `measured`) and the modeled values of the round, from the run view's history when it is the
-// newest round loaded, else from GET /api/runs/{id}/devices; live rounds carry both.
+// newest round loaded, else from GET /api/runs/{id}/devices; live rounds carry both. Memory is
+// labelled in the page's byte units and the time axis's ticks follow its span (axes.js).
 
 import { get } from '../api.js';
 import { h, clear } from '../dom.js';
 import { axisFormat, formatNumber, formatValue } from '../format.js';
 import { PLOT_CONFIG, baseLayout, plotly, purge } from '../plot.js';
+import { byteTicks, bytesText, logAxisTicks, logTickStep } from './axes.js';
 
 /** Rounds of measured figures loaded with the page: the decision log API's page limit. */
 export const MEASURED_ROUNDS = 500;
@@ -183,10 +185,13 @@ export class MeasuredView {
       tensor: (p) => p.measured.peak_tensor_bytes ?? null,
       rss: (p) => rssTrainingBytes(p.measured),
     };
-    const memory = MEMORY_TRACES.map((t) => ({
-      type: 'bar', name: t.name, x, y: rows.map((p) => memoryValue[t.key](p)), marker: { color: t.color },
-      hovertemplate: `%{x} · ${t.name}<br>%{y}<extra></extra>`,
-    }));
+    const memory = MEMORY_TRACES.map((t) => {
+      const y = rows.map((p) => memoryValue[t.key](p));
+      return {
+        type: 'bar', name: t.name, x, y, hovertext: y.map(bytesText), marker: { color: t.color },
+        hovertemplate: `%{x} · ${t.name}<br>%{hovertext}<extra></extra>`,
+      };
+    });
     const time = TIME_TRACES.map((t) => ({
       type: 'bar', name: t.name, x, y: rows.map((p) => { const v = t.value(p); return v > 0 ? v : null; }), marker: { color: t.color },
       hovertemplate: `%{x} · ${t.name}<br>%{y}<extra></extra>`,
@@ -196,8 +201,11 @@ export class MeasuredView {
       xaxis: { type: 'category', gridcolor: '#eef1f5', automargin: true },
       yaxis: { gridcolor: '#eef1f5', zeroline: false, automargin: true, ...axisFormat(unit), ...extra },
     });
-    plotly().react(this.memoryEl, memory, layout('bytes'), PLOT_CONFIG);
-    plotly().react(this.timeEl, time, layout('s', { type: 'log', tickformat: '.2~s' }), PLOT_CONFIG);
+    // bars start at 0: the ticks span 0 to the tallest
+    const tallest = Math.max(0, ...memory.flatMap((t) => t.y).filter((v) => Number.isFinite(v)));
+    plotly().react(this.memoryEl, memory, layout('1', { tickmode: 'array', ...byteTicks(0, tallest) }), PLOT_CONFIG);
+    const step = logTickStep(time.flatMap((t) => t.y));
+    plotly().react(this.timeEl, time, layout('s', { type: 'log', tickformat: '.2~s', ...logAxisTicks(step) }), PLOT_CONFIG);
     this.drawn = true;
   }
 

@@ -1,9 +1,12 @@
-// Per-round curves: loss, eval metrics, perplexity (causal LM runs), the gradient noise scale, round
-// latency (with its redistribution phase), the blocks moved and the drift-plus-penalty objective terms,
-// against the round or the modeled elapsed time (X_AXES). History from GET /api/runs/{id}/rounds?fields=...; live rounds appended with extendTraces.
+// Per-round curves: loss, eval metrics (those of the run's task), perplexity (causal LM runs), the
+// gradient noise scale, round latency (with its redistribution phase), the blocks moved and the
+// drift-plus-penalty objective terms, against the round or the modeled elapsed time (X_AXES). History
+// from GET /api/runs/{id}/rounds?fields=...; live rounds appended with extendTraces. A logarithmic
+// axis takes its tick step from the values drawn (axes.js: no crowded labels).
 
 import { h } from '../dom.js';
 import { axisFormat } from '../format.js';
+import { logAxisTicks, logTickStep } from './axes.js';
 import {
   PLOT_CONFIG, X_AXES, baseLayout, liveAxis, plotly, purge, seriesColor, swapX, thinTrace, xAxisLayout, xPair,
 } from '../plot.js';
@@ -48,7 +51,16 @@ export function emptyReason(def, facts) {
 
 export const ROUND_CHARTS = [
   { id: 'loss', title: 'Loss', unit: '1', trains: true, note: 'train_loss (mean over clusters) and eval_loss after FedAvg', fields: ['train_loss', 'eval_loss'] },
-  { id: 'eval', title: 'Eval metrics', unit: '1', trains: true, note: 'eval_accuracy, eval_error_rate (seq2seq) on the held-out set', fields: ['eval_accuracy', 'eval_error_rate'] },
+  {
+    id: 'eval', title: 'Eval metrics', unit: '1', trains: true, fields: ['eval_accuracy', 'eval_error_rate'],
+    note: 'eval_accuracy and eval_error_rate on the held-out set',
+    // what the run's task evaluates: error rates of greedy decoding for seq2seq models only
+    forModel: (model) => ({
+      seq2seq: { note: 'eval_accuracy (token accuracy) and eval_error_rate (error rate of greedy decoding) on the held-out set' },
+      classifier: { note: 'eval_accuracy (label accuracy) on the held-out set', fields: ['eval_accuracy'] },
+      causal_lm: { note: 'eval_accuracy (next-token accuracy) on the held-out set', fields: ['eval_accuracy'] },
+    })[model.kind],
+  },
   // perplexity runs from thousands down to tens: an axis of its own, logarithmic
   {
     id: 'perplexity', title: 'Eval perplexity', unit: '1', log: true, trains: true, fields: ['eval_perplexity'],
@@ -77,9 +89,10 @@ export const ROUND_CHARTS = [
   { id: 'objective', title: 'Objective terms', unit: '1', note: 'V·T (objective_latency), V·λ·G(M), Σ Q_k·E_k', fields: ['objective_latency', 'objective_convergence', 'objective_energy'] },
 ];
 
-/** The charts a run shows: every chart, and those a run's config asks for (perplexity: causal LM). */
+/** The charts a run shows: every chart, and those a run's config asks for (perplexity: causal LM),
+ * with the fields and note of the run's task where a chart has them. */
 export function roundChartsFor(config) {
-  return ROUND_CHARTS.filter((c) => !c.when || c.when(config));
+  return ROUND_CHARTS.filter((c) => !c.when || c.when(config)).map((c) => ({ ...c, ...(c.forModel?.(config.model) || {}) }));
 }
 
 export function roundFields(charts = ROUND_CHARTS) {
@@ -115,12 +128,16 @@ export class RoundChart {
       hovertemplate: hover(field, this.axis),
     }));
     this.empty = traces.every((t) => !t.x.length);
+    this.logStep = this.def.log ? logTickStep(traces.flatMap((t) => t.y)) : null;
     const layout = baseLayout({
       showlegend: true,
       annotations: this.empty ? [emptyNote(this.whyEmpty())] : [],
       margin: { l: 58, r: 12, t: 24, b: 40 },
       xaxis: liveAxis(xAxisLayout(this.axis)),
-      yaxis: liveAxis({ ...axisFormat(this.def.unit), ...(this.def.log ? { type: 'log', tickformat: '.3~s' } : {}) }),
+      yaxis: liveAxis({
+        ...axisFormat(this.def.unit),
+        ...(this.def.log ? { type: 'log', tickformat: '.3~s', ...logAxisTicks(this.logStep) } : {}),
+      }),
     });
     plotly().newPlot(this.el, traces, layout, PLOT_CONFIG);
     this.drawn = true;
@@ -177,10 +194,19 @@ export class RoundChart {
       return;
     }
     plotly().extendTraces(this.el, { x: xs, y: ys, customdata: cs }, indices);
+    const relayout = {};
     if (this.empty) {
       this.empty = false;
-      plotly().relayout(this.el, { annotations: [] });
+      relayout.annotations = [];
     }
+    if (this.def.log) {
+      const step = logTickStep(this.el.data.flatMap((t) => t.y));
+      if (step !== this.logStep) {
+        this.logStep = step;
+        for (const [key, value] of Object.entries(logAxisTicks(step))) relayout[`yaxis.${key}`] = value;
+      }
+    }
+    if (Object.keys(relayout).length) plotly().relayout(this.el, relayout);
   }
 
   destroy() {

@@ -2,7 +2,8 @@
 // (distributed executor), segment allocation, the pipeline Gantt of a chosen round,
 // loss/eval/latency/objective curves, the explanation of a round's decision and the decision log.
 // The Gantt and the explanation show the newest round until the user picks one (a chart's point,
-// the Gantt's round box, a round of the decision log): then both show that round.
+// the Gantt's round box, a round of the decision log): then both show that round. The decision log,
+// the current cut and the Gantt mark the devices that recompute their activations (recompute.js).
 //
 // Loading, in six requests: the run's detail fixes R = rounds_done - 1 and the id of its latest live
 // event; the per-device series (one request for every metric), the round series and the decision
@@ -10,8 +11,8 @@
 // (/api/runs/{id}/events?after=<that id>) adds rounds > R; the tiles' exact figures (/api/compare)
 // and the Gantt of round R come last. Live rounds are buffered and drawn once per animation frame:
 // charts on screen at once (one extendTraces each), charts off screen when the browser is idle or
-// when they scroll into view. A big network (more than 16 devices) opens on cluster 0; other
-// clusters load when chosen.
+// when they scroll into view (the segment charts on a schedule of their own, segments.js). A big
+// network (more than 16 devices) opens on cluster 0; other clusters load when chosen.
 //
 // Every curve (per-device and round charts) is drawn against the round or the modeled elapsed time
 // (the "X axis" control, kept in localStorage). The history's series carry both; a live round's
@@ -31,6 +32,7 @@ import { SegmentCharts } from '../run/segments.js';
 import { GanttView } from '../run/gantt.js';
 import { DECISION_PAGE, DecisionLog } from '../run/decisions.js';
 import { ExplanationView } from '../run/explanation.js';
+import { RecomputeLookup } from '../run/recompute.js';
 import { Tiles } from '../run/tiles.js';
 import { MEASURED_ROUNDS, MeasuredView, isMeasuredRun } from '../run/measured.js';
 
@@ -100,7 +102,7 @@ export function mountRun(main, { runId }) {
   const recent = [];
   const loaded = new Set();
   const onScreen = new Set();
-  const parts = { device: [], round: [], segments: null, gantt: null, decisions: null, explanation: null, tiles: null, measured: null };
+  const parts = { device: [], round: [], segments: null, gantt: null, decisions: null, explanation: null, tiles: null, measured: null, recompute: null };
   // what the empty round charts say why they are empty from (emptyReason): filled in by the history
   // and every live round
   const facts = { executor: null, roundsDone: 0, multiMicrobatch: null };
@@ -139,7 +141,7 @@ export function mountRun(main, { runId }) {
     clear(meta).append(
       `#${run.id} · policy ${run.policy} · V = ${formatNumber(s.V)} · ${n.num_clusters} clusters × ${n.devices_per_cluster} devices · `,
       `${modelLabel(run.config.model)} · ${run.config.model.num_blocks} TEBs · executor ${run.executor} · created ${formatTime(run.created_at)}`,
-      run.parent_run_id ? [' · fork of ', h('a', { href: `#/runs/${run.parent_run_id}` }, `#${run.parent_run_id}`), ` at round ${run.fork_round}`] : '',
+      ...(run.parent_run_id ? [' · fork of ', h('a', { href: `#/runs/${run.parent_run_id}` }, `#${run.parent_run_id}`), ` at round ${run.fork_round}`] : []),
       ' · owner ', h('span', { 'data-owner': '' }, run.owner_name ?? '—'),
     );
     errorBox.hidden = !run.error;
@@ -217,14 +219,16 @@ export function mountRun(main, { runId }) {
     parts.device = DEVICE_FIGURES.map(({ id, charts }) => new DeviceCharts(DEVICE_CHARTS.filter((c) => charts.includes(c.id)), devices, id, xAxis));
     facts.executor = run.executor;
     parts.round = roundChartsFor(run.config).map((def) => new RoundChart(def, xAxis, () => emptyReason(def, facts)));
-    parts.segments = new SegmentCharts(devices, n.num_clusters, n.devices_per_cluster, run.config.model.num_blocks);
+    parts.segments = new SegmentCharts(devices, run.config);
+    parts.recompute = new RecomputeLookup(run.id, run.config);
     parts.gantt = new GanttView(run.id, n.num_clusters, {
       onChoose: (round) => {
         parts.explanation.select(round);
         parts.decisions.mark(round);
       },
+      recomputing: (round) => parts.recompute.devices(round),
     });
-    parts.decisions = new DecisionLog(run.id, {
+    parts.decisions = new DecisionLog(run.id, run.config, {
       onSelect: (round, item) => {
         parts.explanation.remember([item]);
         parts.gantt.show(round);
@@ -314,6 +318,7 @@ export function mountRun(main, { runId }) {
     const latestDecision = decisionItems.length ? decisionItems[decisionItems.length - 1] : null;
     facts.roundsDone = Math.max(facts.roundsDone, R + 1);
     facts.multiMicrobatch = (rounds.series.num_microbatches_mean?.value || []).some((m) => m > 1);
+    parts.recompute.remember(decisionItems);
     await parts.decisions.load(R, decisionItems);
     parts.explanation.load(decisionItems);
     // the measured points' elapsed time: the round latency series has every round of a measured
@@ -345,7 +350,8 @@ export function mountRun(main, { runId }) {
     if (closed) return;
     parts.tiles.reset(compareRow, run.total_rounds, devices.length);
     if (recent.length) parts.tiles.extend(recent);
-    if (R >= 0) parts.gantt.suggest(R, { draw: true });
+    // the newest round: R, or a live round drawn meanwhile (the Gantt ignores an older one)
+    if (R >= 0) parts.gantt.suggest(R);
   }
 
   // -- live rounds -----------------------------------------------------------------------------------
@@ -394,6 +400,7 @@ export function mountRun(main, { runId }) {
         chart.pending.push(...batch);
       }
     }
+    parts.recompute.remember(batch.map((event) => event.round));
     parts.segments.extend(batch);
     parts.decisions.extend(batch);
     parts.explanation.extend(batch);
@@ -437,7 +444,7 @@ export function mountRun(main, { runId }) {
     if (before !== data.status) refreshDetail();
     if (TERMINAL.includes(data.status)) {
       liveNote.textContent = '';
-      if (run.rounds_done > 0) parts.gantt.suggest(run.rounds_done - 1, { draw: true });
+      if (run.rounds_done > 0) parts.gantt.suggest(run.rounds_done - 1);
     }
   }
 
