@@ -11,7 +11,8 @@ from playwright.sync_api import expect
 from tests.e2e.conftest import FinishedRuns, Login, screenshot
 from tests.e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+# one deployment: the compare page reads stored rounds: one deployment
+pytestmark = [pytest.mark.e2e, pytest.mark.deployments("embedded")]
 
 
 def test_compare_two_runs_against_a_baseline(

@@ -14,7 +14,8 @@ from tests.e2e.configs import tiny
 from tests.e2e.conftest import Login, screenshot
 from tests.e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+# one deployment: the compare page reads stored rounds: one deployment
+pytestmark = [pytest.mark.e2e, pytest.mark.deployments("embedded")]
 
 ROUNDS = 6
 

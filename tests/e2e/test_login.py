@@ -8,7 +8,8 @@ from playwright.sync_api import expect
 from tests.e2e.conftest import FinishedRuns, Login, screenshot
 from tests.e2e.server import USERNAMES, Server
 
-pytestmark = pytest.mark.e2e
+# one deployment: the sign-in page and its controls: the same code on both
+pytestmark = [pytest.mark.e2e, pytest.mark.deployments("embedded")]
 
 
 def test_operator_signs_in_with_the_keyboard_and_sees_launch_controls(login: Login, server: Server) -> None:

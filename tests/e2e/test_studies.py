@@ -14,7 +14,8 @@ from playwright.sync_api import expect
 from tests.e2e.conftest import Login, screenshot
 from tests.e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+# one deployment: a study's runs on Celery workers; tests/backend covers the local runner
+pytestmark = [pytest.mark.e2e, pytest.mark.deployments("production")]
 
 ROUNDS = 3  # the preset's 100 rounds, cut
 

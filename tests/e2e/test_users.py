@@ -10,7 +10,8 @@ from playwright.sync_api import Browser, Page, expect
 from tests.e2e.conftest import Login, screenshot
 from tests.e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+# one deployment: the users' pages; tests/backend/users covers both databases
+pytestmark = [pytest.mark.e2e, pytest.mark.deployments("embedded")]
 
 
 def _login_is_refused(browser: Browser, server: Server, username: str, password: str) -> None:
