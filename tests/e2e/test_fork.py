@@ -11,7 +11,9 @@ from playwright.sync_api import expect
 from tests.e2e.conftest import FinishedRuns, Login
 from tests.e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+# one deployment: the fork dialog and page (tests/backend forks on both databases,
+# test_model_download forks on production)
+pytestmark = [pytest.mark.e2e, pytest.mark.deployments("embedded")]
 
 
 def test_fork_with_another_policy_chosen_from_the_servers(

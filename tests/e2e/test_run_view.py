@@ -12,7 +12,9 @@ from tests.e2e.configs import tiny
 from tests.e2e.conftest import FinishedRuns, Login, counted_api_requests, screenshot
 from tests.e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+# one deployment: the run page's own behaviour on stored and live rounds (the API reads both
+# databases alike, tests/backend); cancelling runs on both
+pytestmark = [pytest.mark.e2e, pytest.mark.deployments("embedded")]
 
 
 def test_open_the_gantt_of_a_round(login: Login, server: Server, finished_runs: FinishedRuns) -> None:
@@ -115,6 +117,8 @@ def test_clicking_a_point_of_a_per_device_chart_opens_its_round_in_the_gantt(
     expect(page.locator("#gantt")).to_contain_text("Round 5")
 
 
+# a local process and a Celery task are cancelled differently: both
+@pytest.mark.deployments("embedded", "production")
 def test_cancel_a_running_run(login: Login, server: Server) -> None:
     page = login("operator")
     # the operator's own run (only its owner or an admin may cancel it), launched with their session

@@ -13,7 +13,8 @@ from tests.e2e.configs import tiny
 from tests.e2e.conftest import Login, counted_api_requests, screenshot
 from tests.e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+# one deployment: the charts' x axis is the page's (live rounds over Redis: test_launch on production)
+pytestmark = [pytest.mark.e2e, pytest.mark.deployments("embedded")]
 
 ROUNDS = 40
 

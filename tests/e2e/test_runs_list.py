@@ -16,7 +16,8 @@ from tests.e2e.configs import tiny
 from tests.e2e.conftest import Login, counted_api_requests, screenshot
 from tests.e2e.server import USERNAMES, Server
 
-pytestmark = pytest.mark.e2e
+# one deployment: the list's requests and columns are the page's; tests/backend lists runs on both databases
+pytestmark = [pytest.mark.e2e, pytest.mark.deployments("embedded")]
 
 LISTED = 50
 RUNS_LISTING = re.compile(r"/api/runs(\?|$)")  # the listing, not /api/runs/events or a run's
