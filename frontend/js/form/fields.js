@@ -1,9 +1,12 @@
 // Input widgets for one JSON Schema property each: {el, get(), set(value)}.
 // Values typed in a field go to the API as typed when they are not numbers, so the API's own message
 // ("Input should be a valid number") comes back for that field: the browser does not second-guess it.
+// An empty field is left out of the config (get() answers undefined): the config's default applies,
+// which the placeholder shows; a nullable field's empty value is null ("none").
 
 import { h, clear, uid } from '../dom.js';
 import { numberForInput } from '../format.js';
+import { richText } from './rich-text.js';
 
 /** Parse a typed number; text that is not a number is returned unchanged for the API to refuse. */
 export function parseNumber(text, integer) {
@@ -39,7 +42,7 @@ export function fieldShell(path, label, control, spec, { wide = false, checkbox 
     `div.field${wide ? '.field-wide' : ''}`,
     { 'data-path': path },
     body,
-    helpText ? h('span.help', { id: helpId }, helpText) : h('span.help', { id: helpId, hidden: true }),
+    helpText ? h('span.help', { id: helpId }, richText(helpText)) : h('span.help', { id: helpId, hidden: true }),
     h('p.field-error', { id: errorId, role: 'alert', hidden: true }),
   );
 }
@@ -53,14 +56,37 @@ export function numberField(path, label, spec, nullable) {
     autocomplete: 'off',
     placeholder: nullable ? 'none' : numberForInput(spec.default),
   });
+  const el = fieldShell(path, label, input, spec);
+  const note = h('span.help.field-note', { hidden: true });
+  el.querySelector('.help').after(note);
+  let locked = false;
   return {
-    el: fieldShell(path, label, input, spec),
+    el,
+    input,
     get() {
+      if (locked) return undefined; // the server reads it from elsewhere (a checkpoint's config.json)
       const value = parseNumber(input.value, integer);
-      return value === '' && nullable ? null : value;
+      if (value !== '') return value;
+      return nullable ? null : undefined;
     },
     set(value) {
       input.value = numberForInput(value);
+    },
+    /** Show ``value`` read-only with ``why``, and leave the field out of the config; unlock(): editable. */
+    lock(value, why) {
+      locked = true;
+      input.value = numberForInput(value);
+      input.readOnly = true;
+      el.classList.add('field-locked');
+      note.textContent = why;
+      note.hidden = false;
+    },
+    unlock() {
+      if (!locked) return;
+      locked = false;
+      input.readOnly = false;
+      el.classList.remove('field-locked');
+      note.hidden = true;
     },
   };
 }
@@ -71,12 +97,14 @@ export function numberField(path, label, spec, nullable) {
  * input, which stays free to type in.
  */
 export function textField(path, label, spec, nullable, { suggest } = {}) {
-  const input = h('input', { type: 'text', name: path, autocomplete: 'off', placeholder: nullable ? 'none' : '' });
+  const input = h('input', { type: 'text', name: path, autocomplete: 'off', placeholder: nullable ? 'none' : (spec.default ?? '') });
   const box = suggest ? h('div.with-picker', {}, input, suggest.picker(input, label)) : input;
   return {
     el: fieldShell(path, label, input, spec, { box }),
+    input,
     get() {
-      return input.value === '' && nullable ? null : input.value;
+      if (input.value !== '') return input.value;
+      return nullable ? null : undefined;
     },
     set(value) {
       input.value = value ?? '';
@@ -123,6 +151,7 @@ export function selectField(path, label, spec, nullable = false) {
   const select = h('select', { name: path }, options);
   return {
     el: fieldShell(path, label, select, spec),
+    input: select,
     get: () => (nullable && select.value === '' ? null : select.value),
     set(value) {
       if (value === null && nullable) select.value = '';
@@ -145,12 +174,13 @@ export function checkboxField(path, label, spec) {
 /** An array of strings or integers typed comma-separated ("de, fr, es" or "1,2,1,0"). */
 export function listField(path, label, spec, nullable) {
   const itemType = spec.items?.type;
-  const input = h('input', { type: 'text', name: path, autocomplete: 'off', placeholder: nullable ? 'none (comma-separated)' : 'comma-separated' });
+  const shown = Array.isArray(spec.default) ? `${spec.default.join(', ')} (comma-separated)` : 'comma-separated';
+  const input = h('input', { type: 'text', name: path, autocomplete: 'off', placeholder: nullable ? 'none (comma-separated)' : shown });
   return {
     el: fieldShell(path, label, input, spec),
     get() {
       const text = input.value.trim();
-      if (text === '') return nullable ? null : [];
+      if (text === '') return nullable ? null : undefined;
       return text.split(',').map((part) => (itemType === 'integer' || itemType === 'number'
         ? parseNumber(part, itemType === 'integer')
         : part.trim()));
@@ -172,6 +202,7 @@ export function jsonField(path, label, spec, nullable) {
   });
   return {
     el: fieldShell(path, label, textarea, { ...spec, description: [spec.description, 'a JSON object'].filter(Boolean).join(' · ') }, { wide: true }),
+    input: textarea,
     get() {
       const text = textarea.value.trim();
       if (text === '') return nullable ? null : {};

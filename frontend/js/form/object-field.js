@@ -8,6 +8,7 @@
 //   set shows its fields (their defaults the first time).
 
 import { h, uid } from '../dom.js';
+import { richText } from './rich-text.js';
 
 const NUMERIC = ['number', 'integer'];
 
@@ -29,7 +30,7 @@ export function objectField(path, label, spec, nullable, { subWidget, subDefault
   const labelId = uid('group');
   const group = h(compact ? 'div.field-inline' : 'div.object-fields', { role: 'group', 'aria-labelledby': labelId },
     subs.map((s) => s.widget.el));
-  const help = h('span.help', {}, spec.description || '');
+  const help = h('span.help', {}, richText(spec.description || ''));
   const toggle = nullable ? h('input', { type: 'checkbox', id: uid('set'), 'data-role': 'set-object' }) : null;
   const el = h(`div.field${compact ? '' : '.field-wide.object-field'}`, { 'data-path': path },
     h('span.label', { id: labelId }, h('strong.small', {}, label)),
@@ -49,7 +50,7 @@ export function objectField(path, label, spec, nullable, { subWidget, subDefault
     el,
     get() {
       if (toggle && !toggle.checked) return null;
-      return Object.fromEntries(subs.map((s) => [s.name, s.widget.get()]));
+      return Object.fromEntries(subs.map((s) => [s.name, s.widget.get()]).filter(([, v]) => v !== undefined));
     },
     set(value) {
       const present = value !== null && value !== undefined;

@@ -5,6 +5,7 @@
 import { h, uid } from '../dom.js';
 import { checkboxField, choiceField, jsonField, listField, numberField, selectField, textField } from './fields.js';
 import { objectField } from './object-field.js';
+import { richText } from './rich-text.js';
 import { CHOICE_FIELDS, SUGGESTED_FIELDS, createSuggestions } from './suggestions.js';
 import { tableField } from './table-field.js';
 
@@ -73,7 +74,7 @@ function section(key, title, description) {
   const body = h('div.section-body', { id: bodyId });
   const fieldset = h('fieldset.section', { 'data-path': key === 'experiment' ? '' : key, 'data-section': key },
     h('legend', {}, toggle), body, h('p.field-error', { role: 'alert', hidden: true, style: 'padding: 0 16px 12px' }));
-  if (description) body.append(h('p.small.muted.field-wide', { style: 'margin:0' }, description));
+  if (description) body.append(h('p.small.muted.field-wide.section-description', { style: 'margin:0' }, richText(description)));
   const setOpen = (open) => {
     toggle.setAttribute('aria-expanded', String(open));
     body.hidden = !open;
@@ -95,8 +96,10 @@ function defaultsOf(spec, resolve) {
 /**
  * Build the form; returns {element, get() -> config, set(config), sections, widgets, suggestions}:
  * ``suggestions`` (form/suggestions.js) are empty until the caller fills them from the server.
+ * ``labels``: a label for a field other than its name ({name: 'Run name'}); ``help``: a help text
+ * shown before the schema's description of that field.
  */
-export function buildSchemaForm(schema) {
+export function buildSchemaForm(schema, { labels = {}, help = {} } = {}) {
   const resolve = resolver(schema);
   const suggestions = createSuggestions();
   const widgets = new Map(); // path -> widget
@@ -108,7 +111,8 @@ export function buildSchemaForm(schema) {
   for (const name of TOP_LEVEL) {
     const node = schema.properties[name];
     if (!node) continue;
-    const widget = widgetFor(name, name, node, resolve, suggestions);
+    const described = help[name] ? { ...node, description: [help[name], node.description].filter(Boolean).join(' · ') } : node;
+    const widget = widgetFor(name, labels[name] || name, described, resolve, suggestions);
     widgets.set(name, widget);
     defaults[name] = resolve(node).default;
     top.body.append(widget.el);
@@ -132,13 +136,15 @@ export function buildSchemaForm(schema) {
     element.append(part.fieldset);
   }
 
+  /** The config the fields hold; a field left empty is left out (its default applies). */
   function get() {
     const config = {};
     for (const [path, widget] of widgets) {
+      const value = widget.get();
       const parts = path.split('.');
       let node = config;
       for (const part of parts.slice(0, -1)) node = node[part] = node[part] || {};
-      node[parts[parts.length - 1]] = widget.get();
+      if (value !== undefined) node[parts[parts.length - 1]] = value;
     }
     return config;
   }

@@ -42,6 +42,7 @@ export class Suggestions {
       if (!select.value) return;
       input.value = select.value;
       input.dispatchEvent(new Event('input', { bubbles: true }));
+      input.dispatchEvent(new Event('change', { bubbles: true })); // a choice, as a typed value left
       select.value = '';
       input.focus();
     });

@@ -4,6 +4,7 @@
 import { h, clear, uid } from '../dom.js';
 import { numberForInput } from '../format.js';
 import { parseNumber } from './fields.js';
+import { plainText, richText } from './rich-text.js';
 
 export function tableField(path, label, spec, itemSpec, nullable) {
   const columns = Object.entries(itemSpec.properties);
@@ -14,7 +15,7 @@ export function tableField(path, label, spec, itemSpec, nullable) {
   const caption = h('caption.sr-only', {}, label);
   const table = h('table.object-table', {},
     caption,
-    h('thead', {}, h('tr', {}, columns.map(([name, sub]) => h('th', { scope: 'col', title: sub.description || '' },
+    h('thead', {}, h('tr', {}, columns.map(([name, sub]) => h('th', { scope: 'col', title: plainText(sub.description || '') },
       name, required.has(name) ? '' : h('span.muted', {}, ' (opt.)'))), h('th', {}, h('span.sr-only', {}, 'remove')))),
     tbody);
   const empty = h('p.small.muted', {}, 'No rows: devices are drawn from the ranges below.');
@@ -63,7 +64,7 @@ export function tableField(path, label, spec, itemSpec, nullable) {
   const wrap = h('div.table-wrap', {}, table);
   const el = h('div.field.field-wide', { 'data-path': path },
     h('strong.small', {}, label),
-    h('span.help', {}, spec.description || ''),
+    h('span.help', {}, richText(spec.description || '')),
     wrap,
     empty,
     h('div.row', {}, add),

@@ -37,13 +37,22 @@ export function createPreflight(panel) {
     const { round, devices, model } = result;
     const parts = result.memory_parts || {};
     const ids = devices.map((d) => d.device_id);
-    const peak = devices.reduce((m, d) => Math.max(m, d.memory_bytes / d.memory_capacity_bytes), 0);
+    // the device whose modeled memory is the largest share of its capacity
+    const peak = devices.reduce((m, d) => (
+      !m || d.memory_bytes / d.memory_capacity_bytes > m.memory_bytes / m.memory_capacity_bytes ? d : m), null);
     const overBudget = devices.filter((d) => d.energy_j > d.energy_budget_j).length;
+    const share = peak ? `${formatNumber(100 * (peak.memory_bytes / peak.memory_capacity_bytes), 3)} %` : '—';
     panel.append(h('div.tiles', {},
-      tile('Round latency', formatValue(round.latency_s, 's'), `round 0, policy ${round.policy}`),
-      tile('Peak memory use', `${formatNumber(100 * peak, 3)} %`, 'of a device\'s capacity'),
-      tile('Energy over budget', `${overBudget} / ${devices.length}`, 'devices in round 0'),
-      tile('Feasible', round.feasible ? 'yes' : 'no', (round.violations || []).join('; ') || 'no violations')));
+      tile('Round latency', formatValue(round.latency_s, 's'), `round 0, policy ${round.policy}`, 'latency'),
+      tile('Peak memory use', peak ? formatValue(peak.memory_bytes, 'bytes') : '—',
+        peak ? `on ${peak.device_id}: ${share} of its ${formatValue(peak.memory_capacity_bytes, 'bytes')}` : 'no device',
+        'memory'),
+      tile('Feasible this round', round.feasible ? 'yes' : 'no',
+        (round.violations || []).join('; ') || 'segments, bandwidth, power and memory of round 0 hold; energy is not a per-round limit',
+        'feasible'),
+      tile('Above the energy budget', `${overBudget} / ${devices.length}`,
+        'devices in round 0: the budget Ē is a long-term average per round, which the virtual queues keep over the run (a round may exceed it)',
+        'energy')));
     if (model) {
       panel.append(h('div.tiles', { 'data-role': 'parameters' },
         tile('Trainable parameters', formatNumber(model.trainable_params, 4), `of ${formatNumber(model.params, 4)} (${model.precision})`),
@@ -68,7 +77,7 @@ export function createPreflight(panel) {
       { type: 'bar', name: 'compute', x: ids, y: devices.map((d) => d.compute_s), marker: { color: '#2ca02c' } },
       { type: 'bar', name: 'communication', x: ids, y: devices.map((d) => d.comm_s), marker: { color: '#ff7f0e' } },
     ], 's', { barmode: 'stack' });
-    bar('Energy per device', 'modeled energy in round 0 against the per-round budget Ē', [
+    bar('Energy per device', 'modeled energy in round 0 against the budget Ē, a long-term average per round (a queue constraint: a round may exceed it)', [
       { type: 'bar', name: 'energy', x: ids, y: devices.map((d) => d.energy_j), marker: { color: '#9467bd' } },
       { type: 'bar', name: 'budget', x: ids, y: devices.map((d) => d.energy_budget_j), marker: { color: '#d5dde6' } },
     ], 'J');
@@ -95,6 +104,6 @@ export function createPreflight(panel) {
   return { run, reset, destroy: () => charts.splice(0).forEach(purge) };
 }
 
-function tile(label, value, note) {
-  return h('div.tile', {}, h('div.tile-label', {}, label), h('div.tile-value', {}, value), h('div.tile-note', {}, note));
+function tile(label, value, note, name) {
+  return h('div.tile', { 'data-tile': name }, h('div.tile-label', {}, label), h('div.tile-value', {}, value), h('div.tile-note', {}, note));
 }

@@ -2,6 +2,9 @@
 // to their fields, a pre-flight of round 0, then POST /api/runs. A preset is shown as the API reads
 // it (POST /api/config/validate fills what it leaves out: defaults, the kind of an architecture);
 // fields naming files or policies suggest what the server has (GET /api/files, /api/config/policies).
+// The config's ``name`` is the run's name. The model section follows a chosen checkpoint and
+// architecture (launch/model-fields.js); the data section shows what the data hold
+// (launch/dataset-size.js). ``#/launch?preset=ID`` opens a preset.
 
 import { get, post } from '../api.js';
 import { h, clear, uid } from '../dom.js';
@@ -9,14 +12,17 @@ import { can } from '../session.js';
 import { buildSchemaForm } from '../form/schema-form.js';
 import { clearErrors, showErrors } from '../form/errors.js';
 import { loadSuggestions } from '../form/suggestions.js';
+import { createDatasetSize } from '../launch/dataset-size.js';
+import { followModel } from '../launch/model-fields.js';
 import { createPreflight } from '../launch/preflight.js';
 
-// config errors name config.<path>; the run's own fields (name) keep body.<field>
+// config errors name config.<path>
 const PREFIXES = ['config.', 'body.config.'];
+const FIRST_PRESET = 'quickstart';
 let schemaCache = null;
 let presetIndex = null;
 
-export function mountLaunch(main) {
+export function mountLaunch(main, { query } = {}) {
   if (!can('operator')) {
     main.append(h('div.panel', {}, h('h1', {}, 'Launch a run'),
       h('p', {}, 'Launching runs needs the operator role. Ask an administrator for it.')));
@@ -24,10 +30,10 @@ export function mountLaunch(main) {
   }
   let closed = false;
   let preflight = null;
+  let model = null;
+  let datasetSize = null;
   const presetId = uid('preset');
-  const nameId = uid('run-name');
   const presetSelect = h('select', { id: presetId }, h('option', { value: '' }, 'schema defaults'));
-  const runName = h('input', { id: nameId, type: 'text', placeholder: 'default: the config\'s name', maxlength: 200 });
   const summary = h('div.error-summary', { role: 'alert', hidden: true, tabindex: '-1' });
   const status = h('div', { 'aria-live': 'polite' });
   const checkButton = h('button.btn', { type: 'button' }, 'Check & pre-flight');
@@ -37,9 +43,7 @@ export function mountLaunch(main) {
   const form = h('form', { novalidate: true, 'aria-label': 'Experiment config' },
     h('div.panel', {},
       h('div.form-toolbar', {},
-        h('div.control', {}, h('label', { for: presetId }, 'Preset'), presetSelect),
-        h('div.control.field', { style: 'flex:1; min-width: 200px', 'data-path': 'body.name' },
-          h('label', { for: nameId }, 'Run name'), runName, h('p.field-error', { role: 'alert', hidden: true })))),
+        h('div.control', {}, h('label', { for: presetId }, 'Preset'), presetSelect))),
     summary, formSlot,
     h('div.panel.row', {}, checkButton, launchButton, status));
 
@@ -78,6 +82,9 @@ export function mountLaunch(main) {
       status.textContent = '';
       showErrors(form, summary, error, { prefixes: PREFIXES });
     }
+    await model.refresh();
+    if (closed || load !== presetLoads) return;
+    datasetSize.reset();
     form.dataset.presetLoaded = id || 'defaults';
   }
 
@@ -93,12 +100,25 @@ export function mountLaunch(main) {
     }
     if (closed) return;
     for (const p of presetIndex) presetSelect.append(h('option', { value: p.id }, p.label));
-    schemaForm = buildSchemaForm(schemaCache);
+    schemaForm = buildSchemaForm(schemaCache, {
+      labels: { name: 'Run name' },
+      help: { name: 'the run\'s name in the runs list, and its config\'s' },
+    });
     clear(formSlot).append(schemaForm.element);
-    presetSelect.value = 'quickstart';
-    await Promise.all([loadPreset('quickstart'), loadSuggestions(schemaForm.suggestions)]);
+    model = followModel(schemaForm);
+    datasetSize = createDatasetSize(schemaForm);
+    const asked = query?.get('preset');
+    const first = presetIndex.some((p) => p.id === asked) ? asked : FIRST_PRESET;
+    presetSelect.value = first;
+    await Promise.all([loadPreset(first), loadSuggestions(schemaForm.suggestions)]);
     if (!closed) form.dataset.ready = 'true';
   }
+
+  // a field the data's count depends on changed: count again (typing waits for the field to be left)
+  form.addEventListener('change', (event) => {
+    const field = event.target.closest?.('[data-path]');
+    if (datasetSize && field) datasetSize.changed(field.dataset.path);
+  });
 
   presetSelect.addEventListener('change', () => loadPreset(presetSelect.value));
 
@@ -122,6 +142,7 @@ export function mountLaunch(main) {
     const config = await validate();
     status.textContent = config ? 'The config is valid.' : '';
     if (config) await preflight.run(config);
+    datasetSize.refresh();
     checkButton.disabled = false;
   });
 
@@ -131,8 +152,7 @@ export function mountLaunch(main) {
     clearErrors(form, summary);
     launchButton.disabled = true;
     status.textContent = 'Launching…';
-    const body = { config: schemaForm.get() };
-    if (runName.value.trim()) body.name = runName.value.trim();
+    const body = { config: schemaForm.get() }; // the run is named after the config's name
     try {
       const run = await post('/api/runs', body);
       location.hash = `#/runs/${run.id}`;
@@ -150,6 +170,7 @@ export function mountLaunch(main) {
     unmount() {
       closed = true;
       if (preflight) preflight.destroy();
+      if (datasetSize) datasetSize.destroy();
     },
   };
 }
