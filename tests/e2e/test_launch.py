@@ -38,6 +38,7 @@ def fill_tiny(page: Page) -> None:
     field(page, "training.batch_size").locator("input").fill("")
 
 
+@pytest.mark.deployments("embedded")  # the form and /api/config: the same code on both
 def test_form_has_every_section_of_the_schema_and_loads_presets(login: Login, server: Server) -> None:
     page = login("operator")
     open_form(page, server)
@@ -53,6 +54,7 @@ def test_form_has_every_section_of_the_schema_and_loads_presets(login: Login, se
     screenshot(page, "launch-paper-bert-preset")
 
 
+@pytest.mark.deployments("embedded")  # the form and /api/config: the same code on both
 def test_form_shows_the_api_message_next_to_a_bad_field(login: Login, server: Server) -> None:
     bad = quickstart()
     bad["training"]["rounds"] = 0
@@ -294,6 +296,7 @@ def test_choose_an_uploaded_dataset_from_the_suggestions(login: Login, server: S
     screenshot(page, "launch-uploaded-dataset")
 
 
+@pytest.mark.deployments("embedded")  # the form and /api/config: the same code on both
 def test_launch_the_causal_lm_preset_and_see_its_perplexity(login: Login, server: Server) -> None:
     page = login("operator")
     open_form(page, server)
