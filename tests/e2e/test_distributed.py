@@ -103,10 +103,14 @@ def test_a_distributed_run_launched_from_the_form_shows_measured_figures(
 ) -> None:
     page = login("operator")
     page.goto(f"{server.url}/#/launch")
-    expect(page.locator("form[data-ready='true']")).to_be_attached(timeout=15_000)
+    # the session's first check waits for the checks' child to warm up (backend/preflight.py)
+    expect(page.locator("form[data-ready='true']")).to_be_attached(timeout=60_000)
     page.get_by_label("executor").select_option("distributed")
     for path, value in OVERRIDES.items():
         page.locator(f".field[data-path='{path}'] input").fill(value)
+    # OVERRIDES set a fixed micro-batch (training.microbatch_size): the preset's fixed batch
+    # (training.batch_size, the other reading of micro-batching) is emptied, none
+    page.locator(".field[data-path='training.batch_size'] input").fill("")
     # every device holds blocks under uniform (DSSDA, the preset's policy, may give one none)
     page.locator(".field[data-path='scheduler.policy'] select").select_option("uniform")
     page.get_by_label("Run name").fill("e2e distributed")
