@@ -9,6 +9,7 @@ from anyio import CapacityLimiter, to_thread
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
+from backend.db.engine import SessionFactory
 from backend.db.models import User
 from backend.db.transaction import commit_and_notify, discard_pending
 from backend.errors import Forbidden, Unauthenticated
@@ -155,13 +156,20 @@ BEFORE_PASSWORD_CHANGE = frozenset({"/api/auth/password", "/api/auth/me", "/api/
 
 
 async def _user_for(
-    credentials: Credentials, credential: Credential, path: str, limiter: CapacityLimiter | None = None
+    credentials: Credentials,
+    credential: Credential,
+    path: str,
+    read_now: tuple[SessionFactory, CapacityLimiter | None] | None = None,
 ) -> User:
     """The credential's user (``backend.users.credentials``: remembered for a moment, else read from
-    the database): a revoked token, an ended or idle session or a deleted user is a 401; a session
-    whose user must change their password may reach only BEFORE_PASSWORD_CHANGE (403 elsewhere; an
-    API token is not a password and is unaffected)."""
-    user = await credentials.caller(credential, limiter)
+    the database; with ``read_now``, read now with that session factory in a thread of that limiter):
+    a revoked token, an ended or idle session or a deleted user is a 401; a session whose user must
+    change their password may reach only BEFORE_PASSWORD_CHANGE (403 elsewhere; an API token is not a
+    password and is unaffected)."""
+    if read_now is None:
+        user = await credentials.caller(credential)
+    else:
+        user = await credentials.caller_now(credential, *read_now)
     if user is None:
         if credential.kind == "token":
             raise Unauthenticated("the API token is unknown or revoked")
@@ -187,17 +195,18 @@ CurrentUser = Annotated[User, Depends(_current_user)]
 class StreamAccess:
     """The caller of a long-lived stream, checked again while the stream is open.
 
-    A stream holds no database connection while it waits: the caller is checked when the stream
-    opens and again by :meth:`allowed` (the stream calls it every half heartbeat), so a revoked
-    token, an ended session, a deleted user or a role below ``role`` ends the stream within one
-    heartbeat (plus, for a change made through another API process, the moment callers are
-    remembered). A check that reads the database takes a thread of the streams' own limiter
+    A stream holds no database connection while it waits: the caller is read from the database (never
+    from the callers remembered for requests) with a short session of its own when the stream opens
+    and again by :meth:`allowed` (the stream calls it every half heartbeat), so a revoked token, an
+    ended session, a deleted user or a role below ``role`` ends the stream within one heartbeat,
+    whichever API process made the change. The check takes a thread of the streams' own limiter
     (``app.state.stream_threads``), never one the requests need.
     """
 
     def __init__(self, request: Request, role: str) -> None:
         state = request.app.state
         self.credentials: Credentials = state.credentials
+        self.session_factory: SessionFactory = state.session_factory
         self.limiter: CapacityLimiter | None = getattr(state, "stream_threads", None)
         self.credential = _credential(request)
         self.role = role
@@ -205,7 +214,8 @@ class StreamAccess:
 
     async def check(self) -> User:
         """The caller; Unauthenticated or Forbidden unless they may still act."""
-        user = await _user_for(self.credentials, self.credential, self.path, self.limiter)
+        read_now = (self.session_factory, self.limiter)
+        user = await _user_for(self.credentials, self.credential, self.path, read_now)
         if not users.has_role(user, self.role):
             raise Forbidden(f"this needs the {self.role} role; you are {user.role}")
         return user

@@ -125,7 +125,16 @@ class Credentials:
         database session of its own when not remembered."""
         found = self._recall(credential)
         if found is None:
-            found = await to_thread.run_sync(self._check, credential, limiter=limiter)
+            found = await to_thread.run_sync(self._check, credential, self._session_factory, limiter=limiter)
+        return None if found is None else _user(found)
+
+    async def caller_now(
+        self, credential: Credential, session_factory: SessionFactory, limiter: CapacityLimiter | None = None
+    ) -> User | None:
+        """The credential's user read from the database now (a short session of ``session_factory``
+        in a worker thread of ``limiter``), never from memory: for a long-lived stream's checks, so that
+        access ended through any process ends the stream within one heartbeat."""
+        found = await to_thread.run_sync(self._check, credential, session_factory, limiter=limiter)
         return None if found is None else _user(found)
 
     def _recall(self, credential: Credential) -> _Remembered | None:
@@ -142,9 +151,9 @@ class Credentials:
             self._last_use.session_used(found.credential_id, now)
         return found
 
-    def _check(self, credential: Credential) -> _Remembered | None:
+    def _check(self, credential: Credential, session_factory: SessionFactory) -> _Remembered | None:
         changes = _changes_now()  # before reading: a change committed meanwhile voids what is read
-        with self._session_factory() as session:
+        with session_factory() as session:
             if credential.kind == "token":
                 verified = verify_token(session, credential.secret, self._last_use)
             else:
