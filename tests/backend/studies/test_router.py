@@ -203,10 +203,11 @@ def test_a_study_with_a_bad_cell_is_refused_whole_naming_the_cell(api: Api) -> N
     error = response.json()["error"]
     assert error["code"] == "invalid_input" and "3 of the study's 4 cells are invalid" in error["message"]
     named = {(d["cell"], d["axis"], str(d["axis_value"])) for d in error["details"]}
-    assert named == {  # cell 3's policy is not looked at once its fields fail to parse
+    assert named == {  # every problem of a cell at once: cell 3 names its field and its policy
         (1, "training.microbatch_size", "0"),
         (2, "scheduler.policy", "no-such-policy"),
         (3, "training.microbatch_size", "0"),
+        (3, "scheduler.policy", "no-such-policy"),
     }
     assert all(d["seeds"] == [0, 1] and d["message"] for d in error["details"])
     _unstored(api)
