@@ -27,7 +27,8 @@ def test_open_the_gantt_of_a_round(login: Login, server: Server, finished_runs: 
     gantt.get_by_label("Round", exact=True).fill("3")
     gantt.get_by_label("Cluster").select_option("1")
     gantt.get_by_role("button", name="Show timeline").click()
-    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "3")
+    # a timeline is simulated on request: seconds on a server busy with other tests' runs
+    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "3", timeout=30_000)
     expect(gantt).to_contain_text("Round 3, cluster 1")
     kinds = page.evaluate("document.getElementById('chart-gantt').data.map(t => [t.name, t.x.length])")
     drawn = {name for name, count in kinds if count > 0}
@@ -73,11 +74,15 @@ def test_a_suggested_round_answered_late_does_not_replace_the_one_the_user_chose
     expect(page.locator("[data-ready='true']")).to_be_attached(timeout=15_000)
     gantt = page.locator("#gantt")
     expect(gantt).to_contain_text("Loading round 7")  # the suggestion is asked for and held
+    for _ in range(100):  # the route's handler runs once Playwright reads the page's events
+        if held:
+            break
+        page.wait_for_timeout(100)
     assert len(held) == 1 and "round=7" in held[0].request.url
 
     gantt.get_by_label("Round", exact=True).fill("3")
     gantt.get_by_role("button", name="Show timeline").click()
-    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "3")
+    expect(page.locator("#chart-gantt")).to_have_attribute("data-round", "3", timeout=30_000)
     with page.expect_response(re.compile(r"timeline\?round=7")):
         held[0].continue_()
     page.wait_for_timeout(300)  # the late answer has been read and dropped
