@@ -472,7 +472,11 @@ def test_data_files_are_checked_in_a_child_with_a_deadline_and_a_memory_limit(
         again = client.post("/api/config/preflight", json=small, headers=viewer)  # the other child
         assert again.status_code == 200 and again.json()["round"]["round"] == 0
         assert client.post("/api/config/validate", json=small, headers=viewer).status_code == 200
+    # 900,000 rows (the most a file may hold is 1,000,000): well over 3 s of parsing on any machine
+    # this suite runs on (the 150,000 of many.jsonl took under 3 s on an idle 2-core machine)
+    rows = "".join(f'{{"text": "row {i} of many", "label": {i % 2}}}\n' for i in range(900_000))
+    (data_dir / "huge.jsonl").write_text(rows)
     with SyncClient(app_factory(RecordingDispatcher(), validate_timeout_s=3.0)) as client:
-        late = client.post("/api/config/validate", json=big, headers=viewer)  # ~15 s of work on 2 cores
+        late = client.post("/api/config/validate", json=_files_config("huge.jsonl"), headers=viewer)
         assert late.status_code == 422 and "takes longer than 3 s" in late.json()["error"]["message"]
         assert client.post("/api/config/validate", json=tiny_config(), headers=viewer).status_code == 200
