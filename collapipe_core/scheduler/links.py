@@ -44,6 +44,7 @@ unchanged stops. Against the exact (log-barrier) allocation of ``optimal`` the g
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,7 +56,8 @@ from collapipe_core.scheduler.arrays import IntArray, indexed, quiet, take_last
 
 PRICES = 3
 NEWTON_STEPS = 40
-_LINK_SLOPES = np.array([0.0, 1.0, 2.0])  # σ1 / (c1·P): below, between and above the stage kinks
+_TIED_SLOPES = np.array([0.0, 1.0, 2.0])  # σ1 / (c1·P): below, between and above the stage kinks
+_LINK_SLOPES = _TIED_SLOPES[1:]  # the link target alone is free only with a slope
 
 
 @dataclass(frozen=True, eq=False)
@@ -306,79 +308,161 @@ def bandwidth_step(
     Only the scheduled devices take part (each row's are moved to the front)."""
     delta = np.asarray(delta, dtype=np.float64)
     rows_count, k = delta.shape
-    order = np.argsort(delta <= 0, axis=1, kind="stable")
-    width = max(int(np.max(np.sum(delta > 0, axis=1))), 1)
-    keep = order[:, :width]  # (R, K') the scheduled devices first
-    delta, intercept, slope = take_last(delta, keep), take_last(intercept, keep), take_last(slope, keep)
+    keep = None
+    if not np.all(delta > 0):
+        order = np.argsort(delta <= 0, axis=1, kind="stable")
+        width = max(int(np.max(np.sum(delta > 0, axis=1))), 1)
+        keep = order[:, :width]  # (R, K') the scheduled devices first
+        delta, intercept, slope = take_last(delta, keep), take_last(intercept, keep), take_last(slope, keep)
     on = delta > 0
     d = np.where(on, delta, 1.0)
     zeta = np.where(on, 1.0 / slope, 0.0)
     zn = zeta / (1.0 + np.sum(np.where(on, intercept * zeta, 0.0), axis=-1, keepdims=True))
-    free, fixed = _structures(terms, on, d, zeta, b_bits)  # (R, C, K)
-    u, s = _normalise(zn[:, None, :], on[:, None, :], free, fixed)
+    free, bounded, order = _structures(terms, on, d, zeta, b_bits)  # (R, C', K), (R, C'', K) ×2, (C,)
+    parts = (_normalise_free(zn, on, free), _normalise(zn[:, None, :], on[:, None, :], *bounded))
+    u, s = (np.concatenate(x, axis=1) for x in zip(*parts, strict=True))
     uu = np.where(on[:, None, :], u, 0.0)
     cost = latency_cost(indexed(terms, (slice(None), None)), d[:, None, :], uu, b_bits)
-    cost = np.where(np.all(np.isfinite(uu), axis=-1) & ~np.isnan(cost), cost, np.inf)
+    cost = np.where(np.all(np.isfinite(uu), axis=-1) & ~np.isnan(cost), cost, np.inf)[:, order]
+    s = s[:, order]
     best = np.argmin(cost, axis=1)
     rows = np.arange(rows_count)
-    beta = np.where(on, np.maximum(zeta / u[rows, best] - intercept * zeta, 1e-9), 0.0)
+    beta = np.where(on, np.maximum(zeta / u[rows, order[best]] - intercept * zeta, 1e-9), 0.0)
     beta = beta / np.maximum(beta.sum(axis=-1, keepdims=True), 1.0)
     tied = (cost <= cost[rows, best][:, None] * (1 + 1e-9) + 1e-300) & np.isfinite(s)
     mu = s * s
     lo = np.min(np.where(tied, mu, np.inf), axis=1)
     hi = np.max(np.where(tied, mu, -np.inf), axis=1)
     lo = np.where(np.isfinite(lo), lo, 0.0)
+    bracket = np.stack([lo, np.where(np.isfinite(hi), hi, lo)], axis=1)
+    if keep is None:
+        return beta, bracket
     out = np.zeros((rows_count, k))
     np.put_along_axis(out, keep, beta, axis=1)
-    return out, np.stack([lo, np.where(np.isfinite(hi), hi, lo)], axis=1)
+    return out, bracket
 
 
 def _structures(
     terms: LinkTerms, on: BoolArray, d: FloatArray, zeta: FloatArray, b_bits: float
-) -> tuple[FloatArray, FloatArray]:
-    """Free factors c_k and fixed bounds F_k (R, C, K) of every KKT structure (∞: none).
+) -> tuple[FloatArray, tuple[FloatArray, FloatArray], IntArray]:
+    """Every KKT structure's free factors c_k and fixed bounds F_k (∞: none), in two groups: those without
+    a fixed bound (R, C', K) and those with (free, fixed) (R, C'', K); and the order (C,) that lists both
+    groups' structures as the families below are listed (the order the cheapest structure is chosen in).
 
     Separate targets at a threshold t ∈ {0} ∪ {δ_k} (devices with δ ≤ t may bind the link target, the
     others the gather target): both free, or the link target at a kink with the gather target free. Tied
     targets z2 = δ*·z1 for δ* ∈ {δ_k}: free with slope σ1 + δ*·σ2, or at a kink of the link term. Every
     device is also capped by its interior value √(ζ_k/a). A row without a link term (c1 = 0) or a gather
     term has no target of that kind free (κ = ∞); its structures at a kink are feasible candidates that
-    cost no less than the optimum."""
+    cost no less than the optimum. The link target free below both kinks (slope 0) or over no device
+    (t = 0) is no structure of its own: it leaves every device interior, or the gather target alone."""
     rows, k = on.shape
     p_bits = terms.p_bits
     link_slope, gather_slope = terms.c1 * p_bits, (terms.c2 + terms.download) * b_bits
     a = terms.a + 1e-12 * (link_slope + gather_slope) + 1e-300
     interior = np.where(on, np.sqrt(zeta / a[:, None]), np.inf)
-    inf = np.inf
     kink1 = np.stack([terms.stage_f, terms.stage_b], axis=1) / p_bits[:, None]  # (R, 2)
     threshold = np.concatenate([np.zeros((rows, 1)), np.where(on, d, np.inf)], axis=1)  # (R, J)
     below = on[:, None, :] & (d[:, None, :] <= threshold[:, :, None])  # (R, J, K)
-    inv_d = (1.0 / d)[:, None, :]
-    k1 = _kappa(zeta, np.ones(below.shape), below, terms.a, link_slope[:, None, None] * _LINK_SLOPES)
-    group = on[:, None, :] & ~below
-    k2 = _kappa(zeta, np.broadcast_to(inv_d, group.shape), group, terms.a, gather_slope[:, None, None])
-    k2_dev = k2 * inv_d  # κ2/δ_k (R, J, K)
+    inv_d = 1.0 / d
+    k1 = _kappa_shared(
+        zeta, np.ones(d.shape), below[:, 1:], terms.a, link_slope[:, None, None] * _LINK_SLOPES
+    )
+    k2 = _kappa_shared(zeta, inv_d, on[:, None, :] & ~below, terms.a, gather_slope[:, None, None])
+    k2_dev = k2 * inv_d[:, None, :]  # κ2/δ_k (R, J, K)
     star = np.where(on, d, np.max(np.where(on, d, 1.0), axis=1, keepdims=True))  # δ* (R, T)
-    m = np.minimum(1.0, star[:, :, None] * inv_d)  # (R, T, K)
-    tied_slopes = link_slope[:, None, None] * _LINK_SLOPES + star[..., None] * gather_slope[:, None, None]
+    m = np.minimum(1.0, star[:, :, None] * inv_d[:, None, :])  # (R, T, K)
+    tied_slopes = link_slope[:, None, None] * _TIED_SLOPES + star[..., None] * gather_slope[:, None, None]
     tied = _kappa(zeta, m, np.broadcast_to(on[:, None, :], m.shape), terms.a, tied_slopes)  # (R, T, 3)
-    families: list[tuple[FloatArray | float, FloatArray | float]] = [
-        (inf, inf),  # every device interior
-        (k1[..., None], inf),  # link target free
-        (inf, kink1[:, :, None]),  # link target at a kink
-        (k2_dev, inf),  # gather target free
-        (np.minimum(k1[..., None], k2_dev[:, :, None]), inf),  # both free
-        (k2_dev[:, None], kink1[:, :, None, None]),  # link target at a kink, gather free
-        (m[:, :, None, :] * tied[..., None], inf),  # tied, free
-        (inf, m[:, :, None, :] * kink1[:, None, :, None]),  # tied, the link target at a kink
+    both = np.minimum(k1[..., None], k2_dev[:, 1:, None, :])  # (R, J − 1, 2, K)
+    free = np.concatenate(
+        [
+            interior[:, None, :],  # every device interior
+            np.broadcast_to(k1[..., None], (*k1.shape, k)).reshape(rows, -1, k),  # link target free
+            k2_dev,  # gather target free
+            both.reshape(rows, -1, k),  # both free
+            (m[:, :, None, :] * tied[..., None]).reshape(rows, -1, k),  # tied, free
+        ],
+        axis=1,
+    )
+    j, t = k2_dev.shape[1], m.shape[1]
+    kinked = np.broadcast_to(k2_dev[:, None], (rows, 2, j, k))  # link target at a kink, gather free
+    bounded_free = np.concatenate(
+        [np.broadcast_to(interior[:, None, :], (rows, 2 + 2 * t, k)), kinked.reshape(rows, -1, k)], axis=1
+    )
+    bounded_fixed = np.concatenate(
+        [
+            np.broadcast_to(kink1[:, :, None], (rows, 2, k)),  # the link target at a kink
+            (m[:, :, None, :] * kink1[:, None, :, None]).reshape(rows, -1, k),  # tied, at a kink
+            np.broadcast_to(kink1[:, :, None, None], (rows, 2, j, k)).reshape(rows, -1, k),
+        ],
+        axis=1,
+    )
+    return (
+        np.minimum(free, interior[:, None, :]),
+        (np.minimum(bounded_free, interior[:, None, :]), bounded_fixed),
+        _family_order(j, t),
+    )
+
+
+@functools.cache
+def _family_order(j: int, t: int) -> IntArray:
+    """Where each structure of the listed families sits in the two groups of :func:`_structures` (the
+    free group first): every device interior, the link target free, at a kink, the gather target free,
+    both free, the link target at a kink with the gather free, tied and free, tied at a kink."""
+    free = np.cumsum([0, 1, 2 * (j - 1), j, 2 * (j - 1), 3 * t])
+    bounded = free[-1] + np.cumsum([0, 2, 2 * t, 2 * j])
+    ranges = [
+        (free[0], free[1]),
+        (free[1], free[2]),
+        (bounded[0], bounded[1]),
+        (free[2], free[3]),
+        (free[3], free[4]),
+        (bounded[2], bounded[3]),
+        (free[4], free[5]),
+        (bounded[1], bounded[2]),
     ]
-    free, fixed = [], []
-    for f, g in families:
-        dims = max(np.ndim(f), np.ndim(g), 3)
-        shape = np.broadcast_shapes(np.shape(f), np.shape(g), (rows, *([1] * (dims - 2)), k))
-        free.append(np.broadcast_to(f, shape).reshape(rows, -1, k))
-        fixed.append(np.broadcast_to(g, shape).reshape(rows, -1, k))
-    return np.minimum(np.concatenate(free, axis=1), interior[:, None, :]), np.concatenate(fixed, axis=1)
+    order: IntArray = np.concatenate([np.arange(lo, hi) for lo, hi in ranges])
+    return order
+
+
+def _kappa_shared(
+    zeta: FloatArray, m: FloatArray, side: BoolArray, a: FloatArray, sigma: FloatArray
+) -> FloatArray:
+    """:func:`_kappa` for groups whose devices' m_k (R, K) is the same in every group: the devices are sorted
+    once per row, and each group's prefix sums skip the devices outside it."""
+    key = zeta / (m * m)
+    order = np.argsort(-key, axis=-1, kind="stable")
+    key, mm = take_last(key, order)[:, None, :], take_last(m, order)[:, None, :]  # (R, 1, K)
+    in_order = np.broadcast_to(order[:, None, :], side.shape)
+    valid = take_last(side, in_order) & (key > 0)  # (R, G, K) in each row's order
+    sum_zm = np.cumsum(np.where(valid, key * mm, 0.0), axis=-1)[:, :, None, :]  # (R, G, 1, K)
+    sum_m = np.cumsum(np.where(valid, mm, 0.0), axis=-1)[:, :, None, :]
+    a4 = a[:, None, None, None]
+    ok = valid[:, :, None, :] & (
+        key[:, :, None, :] * (sigma[..., None] + a4 * sum_m) >= a4 * sum_zm * (1 - 1e-12)
+    )  # (R, G, S, K)
+    count = np.cumsum(valid, axis=-1)[:, :, None, :]
+    # the position of the group's ok.sum()-th device (_kappa's last one of the prefix)
+    last = np.sum(count < np.maximum(ok.sum(axis=-1, keepdims=True), 1), axis=-1, keepdims=True)
+    last = np.minimum(last, key.shape[-1] - 1)  # no device in the group: any (κ = ∞)
+    num = take_last(sum_zm, last)[..., 0]
+    den = take_last(sum_m, last)[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kappa = np.sqrt(num / (sigma + a[:, None, None] * den))
+    return np.where(ok.any(axis=-1) & (sigma > 0), kappa, np.inf)
+
+
+def _normalise_free(zn: FloatArray, on: BoolArray, free: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """:func:`_normalise` of structures without fixed bounds (free (R, C, K), zn and on (R, K)): the budget
+    Σ_k ζ_k/(s·c_k) = 1 gives 1/s = Σ_k ζ_k/c_k."""
+    finite = on[:, None, :] & np.isfinite(free)
+    rate = np.where(finite, zn[:, None, :] / np.where(finite, free, 1.0), 0.0)
+    y = 1.0 / np.cumsum(rate, axis=-1)[..., -1]  # summed in device order, as _normalise does
+    feasible = np.isfinite(y) & (y > 0)
+    s = np.where(feasible, 1.0 / np.where(feasible, y, 1.0), np.inf)
+    u = np.where(on[:, None, :] & feasible[..., None], s[..., None] * free, np.inf)
+    return u, s
 
 
 def _kappa(zeta: FloatArray, m: FloatArray, side: BoolArray, a: FloatArray, sigma: FloatArray) -> FloatArray:
