@@ -105,10 +105,11 @@ def link_terms(
 
 @dataclass(frozen=True, eq=False)
 class _Rows:
-    """The link problems of rows (device arrays (R, K)): the problem's rows, the terms, δ, π_k (0 where
-    δ = 0), the transmit-energy weights A_k and the download's reach δ'."""
+    """The link problems of rows (device arrays (R, K)): the band W and a TEB's B (the problem's), the
+    terms, δ, π_k (0 where δ = 0), the transmit-energy weights A_k and the download's reach δ'."""
 
-    pr: RoundProblem
+    bandwidth_hz: float
+    block_bits: float
     terms: LinkTerms
     delta: FloatArray
     pi: FloatArray
@@ -118,7 +119,7 @@ class _Rows:
     def take(self, index: IntArray) -> _Rows:
         """Rows ``index`` (repeats allowed)."""
         arrays = (self.delta[index], self.pi[index], self.weight[index], self.reach[index])
-        return _Rows(self.pr.rows(index), indexed(self.terms, index), *arrays)
+        return _Rows(self.bandwidth_hz, self.block_bits, indexed(self.terms, index), *arrays)
 
 
 @quiet
@@ -148,7 +149,7 @@ def allocate(
     bits = 2.0 * pr.iterations * m[:, None] * terms.p_bits[:, None] + d * pr.block_bits
     weight = np.where(on, pr.queues * bits * pr.noise_w_per_hz / pr.gain, 0.0)
     pi = pr.max_power_w * pr.gain / (pr.bandwidth_hz * pr.noise_w_per_hz)  # SNR at p_max on the whole band
-    lp = _Rows(pr, terms, d, np.where(on, pi, 0.0), weight, reach)
+    lp = _Rows(pr.bandwidth_hz, pr.block_bits, terms, d, np.where(on, pi, 0.0), weight, reach)
     beta = np.where(on, 1.0 / np.maximum(on.sum(axis=-1, keepdims=True), 1), 0.0)
     x = _snr_limit(lp.pi, beta)
     best = [score(lp, beta, x), beta.copy(), x.copy()]  # each row's best score, β and x so far
@@ -190,12 +191,12 @@ def _round(
     rows, k = lp.delta.shape
     mu = _price_levels(bracket, center, spread, prices)  # (R, P)
     on = lp.delta > 0
-    rate = beta * lp.pr.bandwidth_hz * np.log2(1.0 + x)
+    rate = beta * lp.bandwidth_hz * np.log2(1.0 + x)
     marginal = np.where(on, rate**2 / np.where(on, slope, 1.0), 0.0)  # Ω = μ·r²/d = μ/(d·u²)
     omega = (mu[:, :, None] * marginal[:, None, :]).reshape(-1, k)  # (R·P, K)
     wide = lp.take(np.repeat(np.arange(rows), prices))
     wide_beta = np.repeat(beta, prices, axis=0)
-    trial_x = power_step(lp.pr.bandwidth_hz, wide_beta, omega, wide.weight, wide.pi)
+    trial_x = power_step(lp.bandwidth_hz, wide_beta, omega, wide.weight, wide.pi)
     out = _trial(wide, wide_beta, trial_x)
     t_beta, t_x, t_slope, t_bracket, t_value = (z.reshape(rows, prices, *z.shape[1:]) for z in out)
     pick = np.argmin(t_value, axis=1)
@@ -215,15 +216,15 @@ def _trial(
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
     """The bandwidth step at the SNRs x reached on β, links at full power kept there:
     (β', x', the rate model's slope d, the price range (R, 2), the score)."""
-    pr, delta = lp.pr, lp.delta
+    delta, band = lp.delta, lp.bandwidth_hz
     on = delta > 0
     limit = _snr_limit(lp.pi, beta)
     at_max = on & (x >= limit * (1 - 1e-9))
     ell = np.log2(1.0 + np.maximum(x, 1e-300))
-    tangent = pr.bandwidth_hz * (ell - x / ((1.0 + x) * np.log(2.0)))
-    slope = np.where(on, np.where(at_max, tangent, pr.bandwidth_hz * ell), 1.0)
-    intercept = np.where(at_max, beta * pr.bandwidth_hz * ell - tangent * beta, 0.0)
-    new_beta, bracket = bandwidth_step(lp.terms, delta, intercept, slope, pr.block_bits)
+    tangent = band * (ell - x / ((1.0 + x) * np.log(2.0)))
+    slope = np.where(on, np.where(at_max, tangent, band * ell), 1.0)
+    intercept = np.where(at_max, beta * band * ell - tangent * beta, 0.0)
+    new_beta, bracket = bandwidth_step(lp.terms, delta, intercept, slope, lp.block_bits)
     new_limit = _snr_limit(lp.pi, new_beta)
     new_x = np.minimum(np.where(at_max, new_limit, x), new_limit)
     return new_beta, new_x, slope, bracket, score(lp, new_beta, new_x)
@@ -233,11 +234,11 @@ def _trial(
 def score(lp: _Rows, beta: FloatArray, x: FloatArray) -> FloatArray:
     """Lat(u) + Σ_k A_k·x_k/ℓ(x_k) per row (∞ where a scheduled link has no rate); the download's maximum
     at the reach δ' (with moved optimizer state)."""
-    pr, on = lp.pr, lp.delta > 0
+    on = lp.delta > 0
     ell = np.log2(1.0 + np.maximum(x, 1e-300))
-    u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * pr.bandwidth_hz * ell), 0.0)
+    u = np.where(on, 1.0 / (np.maximum(beta, 1e-300) * lp.bandwidth_hz * ell), 0.0)
     energy = np.sum(np.where(on, lp.weight * x / ell, 0.0), axis=-1)
-    value = latency_cost(lp.terms, lp.delta, u, pr.block_bits, lp.reach) + energy
+    value = latency_cost(lp.terms, lp.delta, u, lp.block_bits, lp.reach) + energy
     out: FloatArray = np.where(np.isfinite(value), value, np.inf)
     return out
 
