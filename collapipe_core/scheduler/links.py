@@ -186,24 +186,30 @@ def _round(
 ) -> tuple[tuple[FloatArray, ...], FloatArray]:
     """One round for rows in ``state`` = (β, x, the rate model's slope d, the price range, the last price,
     the zoom): the power step at ``prices`` prices across the range, a bandwidth step after each, the
-    best pair kept. Returns the new state and its score."""
+    best pair kept (of equal ones the first). A row whose range is one price (its prices coincide) is
+    tried once. Returns the new state and its score."""
     beta, x, slope, bracket, center, spread = state
-    rows, k = lp.delta.shape
+    rows = lp.delta.shape[0]
     mu = _price_levels(bracket, center, spread, prices)  # (R, P)
+    tried = (np.arange(prices) == 0) | np.any(mu != mu[:, :1], axis=1, keepdims=True)  # (R, P)
+    pairs = np.flatnonzero(tried)  # row·P + price, ascending
+    row = pairs // prices
     on = lp.delta > 0
     rate = beta * lp.bandwidth_hz * np.log2(1.0 + x)
     marginal = np.where(on, rate**2 / np.where(on, slope, 1.0), 0.0)  # Ω = μ·r²/d = μ/(d·u²)
-    omega = (mu[:, :, None] * marginal[:, None, :]).reshape(-1, k)  # (R·P, K)
-    wide = lp.take(np.repeat(np.arange(rows), prices))
-    wide_beta = np.repeat(beta, prices, axis=0)
-    trial_x = power_step(lp.bandwidth_hz, wide_beta, omega, wide.weight, wide.pi)
-    out = _trial(wide, wide_beta, trial_x)
-    t_beta, t_x, t_slope, t_bracket, t_value = (z.reshape(rows, prices, *z.shape[1:]) for z in out)
-    pick = np.argmin(t_value, axis=1)
+    omega = mu.reshape(-1)[pairs, None] * marginal[row]  # (pairs, K)
+    wide = lp.take(row)
+    trial_x = power_step(lp.bandwidth_hz, beta[row], omega, wide.weight, wide.pi)
+    t_beta, t_x, t_slope, t_bracket, t_value = _trial(wide, beta[row], trial_x)
+    value = np.full(rows * prices, np.inf)
+    value[pairs] = t_value
+    value = value.reshape(rows, prices)
+    pick = np.argmin(value, axis=1)
     at = np.arange(rows)
+    chosen = np.searchsorted(pairs, at * prices + pick)
     zoom = np.where(pick % (PRICES - 1) == 0, spread, spread / 3.0)  # zoom unless the pick is an end
-    new = (t_beta[at, pick], t_x[at, pick], t_slope[at, pick], t_bracket[at, pick], mu[at, pick], zoom)
-    return new, t_value[at, pick]
+    new = (t_beta[chosen], t_x[chosen], t_slope[chosen], t_bracket[chosen], mu[at, pick], zoom)
+    return new, value[at, pick]
 
 
 def _snr_limit(pi: FloatArray, beta: FloatArray) -> FloatArray:
