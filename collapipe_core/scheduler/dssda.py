@@ -128,8 +128,9 @@ def _solve(pr: RoundProblem) -> tuple[Decision, float]:
     weights = tuple(float(w) for w in np.linspace(1.0, 0.0, 11)) if n == 2 else WEIGHTS
     beta, power = (x[0] for x in coupled_links(cache, delta[None], micro[None], 2, weights)[:2])
     fine = (delta, micro, beta, power)
-    if objective(pr, fine) < current:
-        solution, current = fine, objective(pr, fine)
+    fine_value = objective(pr, fine)
+    if fine_value < current:
+        solution, current = fine, fine_value
     if 1 < n <= PLUS_MINUS_ONE_CLUSTERS:
         solution, current = _micro_plus_minus_one(pr, cache, solution, current)
     delta, micro, beta, power = solution
@@ -175,8 +176,7 @@ def _descend(pr: RoundProblem, cache: LinkCache, solution: Solution) -> tuple[So
     while passes < MAX_PASSES:
         passes += 1
         pr = _estimated(pr, solution)
-        new, new_weights = _pass(pr, cache, solution, weights, passes == 1, wide)
-        value = objective(pr, new)
+        new, new_weights, value = _pass(pr, cache, solution, weights, passes == 1, wide)
         if value < current * (1 - TOLERANCE):
             solution, current, weights, wide = new, value, new_weights, False
         elif wide:
@@ -188,10 +188,10 @@ def _descend(pr: RoundProblem, cache: LinkCache, solution: Solution) -> tuple[So
 
 def _pass(
     pr: RoundProblem, cache: LinkCache, solution: Solution, weights: Weights, explore: bool, wide: bool
-) -> tuple[Solution, Weights]:
+) -> tuple[Solution, Weights, float]:
     """One pass: every cluster's candidates (every candidate M when ``explore``), links for each (weights
     (1, 1) and the cluster's own), the acceptance; then, with several clusters, the links coupled again
-    (the new weights)."""
+    (the new weights). Returns the solution, the weights and J."""
     cand = candidates(pr, solution, weights, explore, wide)
     w, v = weights
     own = np.flatnonzero((w[cand.owner] != 1) | (v[cand.owner] != 1))  # also under the cluster's weights
@@ -201,12 +201,15 @@ def _pass(
     pipeline_w, gather_w = np.where(own_weights, w[owner], 1.0), np.where(own_weights, v[owner], 1.0)
     total = micro + solution[1].sum() - solution[1][owner]
     beta, power = cache.links(owner, delta, micro, pipeline_w, gather_w, 2, total)
-    new = _accept(pr, solution, owner, (delta, micro, beta, power))
+    new, value = _accept(pr, solution, owner, (delta, micro, beta, power))
     if pr.shape[0] == 1:
-        return new, weights
+        return new, weights, value
     b, p, w_new, v_new = (x[0] for x in coupled_links(cache, new[0][None], new[1][None], 2, PASS_WEIGHTS))
     coupled = (new[0], new[1], b, p)
-    return (coupled if objective(pr, coupled) < objective(pr, new) else new), (w_new, v_new)
+    coupled_value = objective(pr, coupled)
+    if coupled_value < value:
+        return coupled, (w_new, v_new), coupled_value
+    return new, (w_new, v_new), value
 
 
 def _estimated(pr: RoundProblem, solution: Solution) -> RoundProblem:
@@ -219,12 +222,12 @@ def _estimated(pr: RoundProblem, solution: Solution) -> RoundProblem:
     return dataclasses.replace(pr, latency_estimate=latency)
 
 
-def _accept(pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solution) -> Solution:
-    """The best of: the current solution; each candidate alone (its cluster changed, the others as they
-    are), and the JOINT_CANDIDATES best of those that move the pipeline's maximum (their cluster is at it or
-    passes it) with every cluster's M re-chosen by the joint M step (a change that leaves the maximum where
-    it is leaves the other clusters' best M as they are); one option per cluster chosen together by the
-    cluster selection, as chosen and with M re-chosen."""
+def _accept(pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solution) -> tuple[Solution, float]:
+    """The best (and its J) of: the current solution; each candidate alone (its cluster changed, the others
+    as they are), and the JOINT_CANDIDATES best of those that move the pipeline's maximum (their cluster is
+    at it or passes it) with every cluster's M re-chosen by the joint M step (a change that leaves the
+    maximum where it is leaves the other clusters' best M as they are); one option per cluster chosen
+    together by the cluster selection, as chosen and with M re-chosen."""
     n = pr.shape[0]
     now, new = _figures(pr, solution), _figures(pr, cand, owner)
     value = _single_changes(pr, now, new, owner)
@@ -239,7 +242,9 @@ def _accept(pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solutio
             joint = _micro_step(pr, delta, beta, power)
             options += [(delta[j], joint[j], beta[j], power[j]) for j in range(top.size)]
         options += _selected(pr, solution, owner, cand, now, new)
-    return options[int(np.argmin([objective(pr, o) for o in options]))]
+    values = objectives(pr, options)
+    best = int(np.argmin(values))
+    return options[best], float(values[best])
 
 
 def _figures(pr: RoundProblem, solution: Solution, owner: IntArray | None = None) -> Figures:
@@ -300,6 +305,13 @@ def _selected(
 def objective(pr: RoundProblem, solution: Solution) -> float:
     delta, micro, beta, power = solution
     return float(costs(pr, delta, micro, pr.time_per_bit(beta, power), power).objective)
+
+
+def objectives(pr: RoundProblem, solutions: list[Solution]) -> FloatArray:
+    """J of each solution (S,), scored together."""
+    delta, micro, beta, power = (np.stack(x) for x in zip(*solutions, strict=True))
+    value: FloatArray = costs(pr, delta, micro, pr.time_per_bit(beta, power), power).objective
+    return value
 
 
 def _micro_step(pr: RoundProblem, delta: IntArray, beta: FloatArray, power: FloatArray) -> IntArray:

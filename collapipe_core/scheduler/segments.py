@@ -240,17 +240,15 @@ def _dp(
         new, pick, from_start = np.minimum(dp, start), np.where(start < dp, j, 0), start < dp
         width = int(cap.max()) if step > 0 else 0
         if width > 0:
-            # continuations dp[j − d] + c(d), d = width..1 (of equal ones the largest d), from dp padded
-            # with ∞ on the left; at the last device only j = L, the one entry the result reads
+            # continuations dp[j − d] + c(d), d = width..1 (of equal ones the largest d; NaN: none), from
+            # dp padded with ∞ on the left; at the last device only j = L, the one entry the result reads
             lo = L if step == k - 1 else 0
             padded = np.concatenate([np.full((batch, width), np.inf), dp], axis=1)
-            cont, size = np.full((batch, L + 1 - lo), np.inf), np.zeros((batch, L + 1 - lo), dtype=np.int64)
-            value, better = np.empty(cont.shape), np.empty(cont.shape, dtype=bool)
-            for d in range(width, 0, -1):
-                np.add(padded[:, lo + width - d : L + 1 + width - d], cost[:, d - 1 : d], out=value)
-                np.less(value, cont, out=better)
-                np.copyto(cont, value, where=better)
-                np.copyto(size, d, where=better)
+            window = np.arange(width)[:, None] + np.arange(lo, L + 1)  # (width, j): d = width − i at row i
+            value = padded[:, window] + cost[:, width - 1 :: -1, None]  # (B, width, j)
+            value[np.isnan(value)] = np.inf
+            cont = value.min(axis=1)
+            size = width - value.argmin(axis=1)  # the first of equal ones: the largest d
             use = cont < new[:, lo:]
             new[:, lo:] = np.where(use, cont, new[:, lo:])
             pick[:, lo:] = np.where(use, size, pick[:, lo:])
