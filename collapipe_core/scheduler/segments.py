@@ -230,22 +230,25 @@ def _dp(
     dp = np.full((batch, L + 1), np.inf)
     choice = np.zeros((k, batch, L + 1), dtype=np.int64)
     started = np.zeros((k, batch, L + 1), dtype=bool)
+    # every device's data in the batch's order (B, K, ...): its costs within its cap, and the schedule
+    # started there (j = d, the maxima charged with T = its link time; j = 0 none)
+    cap = take_last(caps, order)
+    in_order = rows[:, None], order
+    cost = np.where(np.arange(1, L + 1) <= cap[..., None], sc.cost[in_order], np.inf)  # (B, K, L)
+    start_charge = _maxima(sc, rows[:, None], x[:, None], sc.link_s[in_order], g[:, None])  # (B, K)
+    start = np.concatenate([np.full((batch, k, 1), np.inf), cost + start_charge[..., None]], axis=2)
+    widths = cap.max(axis=0).tolist()
     for step in range(k):
-        device = order[:, step]
-        cap = caps[at, device]
-        cost = np.where(np.arange(1, L + 1) <= cap[:, None], sc.cost[rows, device], np.inf)  # (B, L)
-        t = sc.link_s[rows, device]
-        start_charge = _maxima(sc, rows, x, t, g)
-        start = np.concatenate([np.full((batch, 1), np.inf), cost + start_charge[:, None]], axis=1)  # j = d
-        new, pick, from_start = np.minimum(dp, start), np.where(start < dp, j, 0), start < dp
-        width = int(cap.max()) if step > 0 else 0
+        less = start[:, step] < dp
+        new, pick, from_start = np.minimum(dp, start[:, step]), np.where(less, j, 0), less
+        width = int(widths[step]) if step > 0 else 0
         if width > 0:
             # continuations dp[j − d] + c(d), d = width..1 (of equal ones the largest d; NaN: none), from
             # dp padded with ∞ on the left; at the last device only j = L, the one entry the result reads
             lo = L if step == k - 1 else 0
             padded = np.concatenate([np.full((batch, width), np.inf), dp], axis=1)
             window = np.arange(width)[:, None] + np.arange(lo, L + 1)  # (width, j): d = width − i at row i
-            value = padded[:, window] + cost[:, width - 1 :: -1, None]  # (B, width, j)
+            value = padded[:, window] + cost[:, step, width - 1 :: -1, None]  # (B, width, j)
             value[np.isnan(value)] = np.inf
             cont = value.min(axis=1)
             size = width - value.argmin(axis=1)  # the first of equal ones: the largest d
