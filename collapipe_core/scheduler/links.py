@@ -57,7 +57,7 @@ from collapipe_core.scheduler.arrays import IntArray, indexed, quiet, take_last
 PRICES = 3
 NEWTON_STEPS = 40
 _TIED_SLOPES = np.array([0.0, 1.0, 2.0])  # σ1 / (c1·P): below, between and above the stage kinks
-_LINK_SLOPES = _TIED_SLOPES[1:]  # the link target alone is free only with a slope
+_LINK_SLOPES = np.array([1.0, 2.0, 2.0])  # the link target alone is free only with a slope (2: padding)
 
 
 @dataclass(frozen=True, eq=False)
@@ -256,17 +256,19 @@ def latency_cost(
     b_bits: float,
     reach: FloatArray | None = None,
 ) -> FloatArray:
-    """Lat(u) for u (R, ..., K) (0 where δ = 0); ``terms`` broadcast against u's leading axes; the
-    download's maximum at ``reach`` (δ' ≥ δ: with the moved optimizer state) where given, else at δ."""
-    z1 = np.max(u, axis=-1)
-    z2 = np.max(delta * u, axis=-1)
-    z2_down = z2 if reach is None else np.max(reach * u, axis=-1)
-    link = terms.p_bits * z1
+    """Lat(u) (R, ...) for u (R, ..., K) (0 where δ = 0) and ``terms`` of the rows (R,); the download's
+    maximum at ``reach`` (δ' ≥ δ: with the moved optimizer state) where given, else at δ."""
+    z1 = u.max(axis=-1)
+    z2 = (delta * u).max(axis=-1)
+    z2_down = z2 if reach is None else (reach * u).max(axis=-1)
+    axes = (slice(None),) + (None,) * (z1.ndim - 1)  # the terms against u's leading axes
+    a, c1, c2, download = terms.a[axes], terms.c1[axes], terms.c2[axes], terms.download[axes]
+    link = terms.p_bits[axes] * z1
     value: FloatArray = (
-        terms.a * np.sum(u, axis=-1)
-        + terms.c1 * (np.maximum(terms.stage_f, link) + np.maximum(terms.stage_b, link))
-        + terms.c2 * b_bits * z2
-        + terms.download * b_bits * z2_down
+        a * u.sum(axis=-1)
+        + c1 * (np.maximum(terms.stage_f[axes], link) + np.maximum(terms.stage_b[axes], link))
+        + c2 * b_bits * z2
+        + download * b_bits * z2_down
     )
     return value
 
@@ -329,7 +331,7 @@ def bandwidth_step(
     parts = (_normalise_free(zn, on, free), _normalise(zn[:, None, :], on[:, None, :], *bounded))
     u, s = (np.concatenate(x, axis=1) for x in zip(*parts, strict=True))
     uu = np.where(on[:, None, :], u, 0.0)
-    cost = latency_cost(indexed(terms, (slice(None), None)), d[:, None, :], uu, b_bits)
+    cost = latency_cost(terms, d[:, None, :], uu, b_bits)
     cost = np.where(np.all(np.isfinite(uu), axis=-1) & ~np.isnan(cost), cost, np.inf)[:, order]
     s = s[:, order]
     best = np.argmin(cost, axis=1)
@@ -364,52 +366,60 @@ def _structures(
     cost no less than the optimum. The link target free below both kinks (slope 0) or over no device
     (t = 0) is no structure of its own: it leaves every device interior, or the gather target alone."""
     rows, k = on.shape
+    j, t = k + 1, k  # thresholds (0 and each device's δ), tied δ*
     p_bits = terms.p_bits
     link_slope, gather_slope = terms.c1 * p_bits, (terms.c2 + terms.download) * b_bits
     a = terms.a + 1e-12 * (link_slope + gather_slope) + 1e-300
     interior = np.where(on, np.sqrt(zeta / a[:, None]), np.inf)
     kink1 = np.stack([terms.stage_f, terms.stage_b], axis=1) / p_bits[:, None]  # (R, 2)
-    threshold = np.concatenate([np.zeros((rows, 1)), np.where(on, d, np.inf)], axis=1)  # (R, J)
-    below = on[:, None, :] & (d[:, None, :] <= threshold[:, :, None])  # (R, J, K)
     inv_d = 1.0 / d
-    k1 = _kappa_shared(
-        zeta, np.ones(d.shape), below[:, 1:], terms.a, link_slope[:, None, None] * _LINK_SLOPES
-    )
-    k2 = _kappa_shared(zeta, inv_d, on[:, None, :] & ~below, terms.a, gather_slope[:, None, None])
-    k2_dev = k2 * inv_d[:, None, :]  # κ2/δ_k (R, J, K)
     star = np.where(on, d, np.max(np.where(on, d, 1.0), axis=1, keepdims=True))  # δ* (R, T)
     m = np.minimum(1.0, star[:, :, None] * inv_d[:, None, :])  # (R, T, K)
-    tied_slopes = link_slope[:, None, None] * _TIED_SLOPES + star[..., None] * gather_slope[:, None, None]
-    tied = _kappa(zeta, m, np.broadcast_to(on[:, None, :], m.shape), terms.a, tied_slopes)  # (R, T, 3)
-    both = np.minimum(k1[..., None], k2_dev[:, 1:, None, :])  # (R, J − 1, 2, K)
-    free = np.concatenate(
-        [
-            interior[:, None, :],  # every device interior
-            np.broadcast_to(k1[..., None], (*k1.shape, k)).reshape(rows, -1, k),  # link target free
-            k2_dev,  # gather target free
-            both.reshape(rows, -1, k),  # both free
-            (m[:, :, None, :] * tied[..., None]).reshape(rows, -1, k),  # tied, free
-        ],
-        axis=1,
-    )
-    j, t = k2_dev.shape[1], m.shape[1]
-    kinked = np.broadcast_to(k2_dev[:, None], (rows, 2, j, k))  # link target at a kink, gather free
-    bounded_free = np.concatenate(
-        [np.broadcast_to(interior[:, None, :], (rows, 2 + 2 * t, k)), kinked.reshape(rows, -1, k)], axis=1
-    )
-    bounded_fixed = np.concatenate(
-        [
-            np.broadcast_to(kink1[:, :, None], (rows, 2, k)),  # the link target at a kink
-            (m[:, :, None, :] * kink1[:, None, :, None]).reshape(rows, -1, k),  # tied, at a kink
-            np.broadcast_to(kink1[:, :, None, None], (rows, 2, j, k)).reshape(rows, -1, k),
-        ],
-        axis=1,
-    )
-    return (
-        np.minimum(free, interior[:, None, :]),
-        (np.minimum(bounded_free, interior[:, None, :]), bounded_fixed),
-        _family_order(j, t),
-    )
+    # the targets' κ in one batch of groups (3, R, J, S): the link target over the devices with δ ≤ t
+    # (slopes 1, 2 and 2 again), the gather target over the others, the tied targets (J = T + 1: the last
+    # group empty)
+    side = np.zeros((3, rows, j, k), dtype=bool)
+    side[0, :, 1:] = on[:, None, :] & (d[:, None, :] <= np.where(on, d, np.inf)[:, :, None])
+    side[1] = on[:, None, :] & ~side[0]
+    side[2, :, :t] = on[:, None, :]
+    weight = np.ones((3, rows, j, k))
+    weight[1] = inv_d[:, None, :]
+    weight[2, :, :t] = m
+    sigma = np.zeros((3, rows, j, 3))
+    sigma[0] = link_slope[:, None, None] * _LINK_SLOPES
+    sigma[1] = gather_slope[:, None, None]
+    sigma[2, :, :t] = link_slope[:, None, None] * _TIED_SLOPES + star[..., None] * gather_slope[:, None, None]
+    kappa = _kappa(
+        np.tile(zeta, (3, 1)),
+        weight.reshape(3 * rows, j, k),
+        side.reshape(3 * rows, j, k),
+        np.tile(terms.a, 3),
+        sigma.reshape(3 * rows, j, 3),
+    ).reshape(3, rows, j, 3)
+    k1 = kappa[0, :, 1:, :2]  # (R, J − 1, 2)
+    k2_dev = kappa[1, :, :, :1] * inv_d[:, None, :]  # κ2/δ_k (R, J, K)
+    tied = kappa[2, :, :t]  # (R, T, 3)
+    sizes = np.cumsum([1, 2 * (j - 1), j, 2 * (j - 1), 3 * t])
+    free = np.empty((rows, int(sizes[-1]), k))
+    free[:, 0] = np.inf  # every device interior
+    free[:, 1 : sizes[1]] = k1.reshape(rows, -1)[..., None]  # link target free
+    free[:, sizes[1] : sizes[2]] = k2_dev  # gather target free
+    both = np.minimum(k1[..., None], k2_dev[:, 1:, None, :])  # both free (R, J − 1, 2, K)
+    free[:, sizes[2] : sizes[3]] = both.reshape(rows, -1, k)
+    free[:, sizes[3] :] = (m[:, :, None, :] * tied[..., None]).reshape(rows, -1, k)  # tied, free
+    # the link target at a kink (2), tied at a kink (2·T), at a kink with the gather target free (2·J)
+    bounded_free = np.empty((rows, 2 + 2 * t + 2 * j, k))
+    bounded_fixed = np.empty(bounded_free.shape)
+    bounded_free[:, : 2 + 2 * t] = np.inf
+    bounded_free[:, 2 + 2 * t : 2 + 2 * t + j] = k2_dev
+    bounded_free[:, 2 + 2 * t + j :] = k2_dev
+    bounded_fixed[:, :2] = kink1[:, :, None]
+    bounded_fixed[:, 2 : 2 + 2 * t] = (m[:, :, None, :] * kink1[:, None, :, None]).reshape(rows, -1, k)
+    bounded_fixed[:, 2 + 2 * t : 2 + 2 * t + j] = kink1[:, :1, None]
+    bounded_fixed[:, 2 + 2 * t + j :] = kink1[:, 1:, None]
+    np.minimum(free, interior[:, None, :], out=free)
+    np.minimum(bounded_free, interior[:, None, :], out=bounded_free)
+    return free, (bounded_free, bounded_fixed), _family_order(j, t)
 
 
 @functools.cache
@@ -431,33 +441,6 @@ def _family_order(j: int, t: int) -> IntArray:
     ]
     order: IntArray = np.concatenate([np.arange(lo, hi) for lo, hi in ranges])
     return order
-
-
-def _kappa_shared(
-    zeta: FloatArray, m: FloatArray, side: BoolArray, a: FloatArray, sigma: FloatArray
-) -> FloatArray:
-    """:func:`_kappa` for groups whose devices' m_k (R, K) is the same in every group: the devices are sorted
-    once per row, and each group's prefix sums skip the devices outside it."""
-    key = zeta / (m * m)
-    order = np.argsort(-key, axis=-1, kind="stable")
-    key, mm = take_last(key, order)[:, None, :], take_last(m, order)[:, None, :]  # (R, 1, K)
-    in_order = np.broadcast_to(order[:, None, :], side.shape)
-    valid = take_last(side, in_order) & (key > 0)  # (R, G, K) in each row's order
-    sum_zm = np.cumsum(np.where(valid, key * mm, 0.0), axis=-1)[:, :, None, :]  # (R, G, 1, K)
-    sum_m = np.cumsum(np.where(valid, mm, 0.0), axis=-1)[:, :, None, :]
-    a4 = a[:, None, None, None]
-    ok = valid[:, :, None, :] & (
-        key[:, :, None, :] * (sigma[..., None] + a4 * sum_m) >= a4 * sum_zm * (1 - 1e-12)
-    )  # (R, G, S, K)
-    count = np.cumsum(valid, axis=-1)[:, :, None, :]
-    # the position of the group's ok.sum()-th device (_kappa's last one of the prefix)
-    last = np.sum(count < np.maximum(ok.sum(axis=-1, keepdims=True), 1), axis=-1, keepdims=True)
-    last = np.minimum(last, key.shape[-1] - 1)  # no device in the group: any (κ = ∞)
-    num = take_last(sum_zm, last)[..., 0]
-    den = take_last(sum_m, last)[..., 0]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kappa = np.sqrt(num / (sigma + a[:, None, None] * den))
-    return np.where(ok.any(axis=-1) & (sigma > 0), kappa, np.inf)
 
 
 def _normalise_free(zn: FloatArray, on: BoolArray, free: FloatArray) -> tuple[FloatArray, FloatArray]:
