@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +55,8 @@ from collapipe_core.network import BoolArray, FloatArray, IntArray
 
 if TYPE_CHECKING:  # the state is built on this package's profile
     from collapipe_core.state import Placement, RoundState
+
+_Frozen = TypeVar("_Frozen", "RoundProblem", "MicroCosts")
 
 
 def link_rate_bps(
@@ -349,23 +351,17 @@ class RoundProblem:
         a batch of independent single-cluster sub-problems solved side by side (its array fields are the
         (N, K) device arrays)."""
         previous = None if self.previous is None else _indexed(self.previous, clusters)
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         devices: dict[str, Any] = {
             k: v[clusters]
-            for k, v in values.items()
+            for k, v in vars(self).items()
             if isinstance(v, np.ndarray) and k != "microbatch_choices"
         }
         fixed = None
         if self.fixed is not None:
-            fixed = dataclasses.replace(
-                self.fixed,
-                **{
-                    f.name: getattr(self.fixed, f.name)[clusters]
-                    for f in dataclasses.fields(self.fixed)
-                    if np.ndim(getattr(self.fixed, f.name)) == 2
-                },
+            fixed = _copied(
+                self.fixed, {k: v[clusters] for k, v in vars(self.fixed).items() if np.ndim(v) == 2}
             )
-        return dataclasses.replace(self, previous=previous, fixed=fixed, **devices)
+        return _copied(self, devices | {"previous": previous, "fixed": fixed})
 
     def microbatch_problem(self, micro: int) -> str | None:
         """Why M = ``micro`` is not a choice of the round (None when it is)."""
@@ -450,6 +446,14 @@ class RoundProblem:
         rate = link_rate_bps(beta, power, self.gain, self.bandwidth_hz, self.noise_w_per_hz)
         with np.errstate(divide="ignore"):
             return np.where(rate > 0, 1.0 / rate, np.inf)
+
+
+def _copied(value: _Frozen, changes: dict[str, Any]) -> _Frozen:
+    """``dataclasses.replace(value, **changes)`` without running ``__init__`` again (these dataclasses only
+    store their fields): the solvers take rows of a problem thousands of times a decision."""
+    out: _Frozen = object.__new__(type(value))
+    vars(out).update(vars(value), **changes)
+    return out
 
 
 def _indexed(previous: Previous, index: Any) -> Previous:
