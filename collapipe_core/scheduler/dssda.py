@@ -237,11 +237,16 @@ def _accept(pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solutio
         moves_max = (now[0][owner] >= now[0].max() * (1 - 1e-9)) | (new[0] > others_max(now[0])[owner])
         pool = np.flatnonzero(moves_max)
         top = pool[np.argsort(value[pool])[:JOINT_CANDIDATES]]
-        if top.size:
-            delta, _, beta, power = _replaced(solution, cand, owner, top)
-            joint = _micro_step(pr, delta, beta, power)
-            options += [(delta[j], joint[j], beta[j], power[j]) for j in range(top.size)]
-        options += _selected(pr, solution, owner, cand, now, new)
+        delta, _, beta, power = _replaced(solution, cand, owner, top)
+        chosen = _selected(pr, solution, owner, cand, now, new)
+        # M re-chosen by one joint M step for the top ones and the selection
+        delta, beta, power = (
+            np.concatenate([x, y[None]])
+            for x, y in zip((delta, beta, power), chosen[0:1] + chosen[2:], strict=True)
+        )
+        joint = _micro_step(pr, delta, beta, power)
+        options += [(delta[j], joint[j], beta[j], power[j]) for j in range(top.size)]
+        options += [chosen, (chosen[0], joint[-1], chosen[2], chosen[3])]
     values = objectives(pr, options)
     best = int(np.argmin(values))
     return options[best], float(values[best])
@@ -278,9 +283,9 @@ def _replaced(solution: Solution, cand: Solution, owner: IntArray, which: IntArr
 
 def _selected(
     pr: RoundProblem, solution: Solution, owner: IntArray, cand: Solution, now: Figures, new: Figures
-) -> list[Solution]:
+) -> Solution:
     """One option per cluster — its current part (option 0) or one of its candidates — chosen by the
-    cluster selection; as chosen and with M re-chosen by the joint M step."""
+    cluster selection."""
     n = pr.shape[0]
     order = np.argsort(owner, kind="stable")
     slot = np.empty_like(owner)  # each candidate's option within its cluster: 1, 2, … in order
@@ -297,9 +302,7 @@ def _selected(
     parts: list[npt.NDArray[Any]] = [x.copy() for x in solution]
     for part, chosen in zip(parts, cand, strict=True):
         part[changed] = chosen[index[pick[changed], changed]]
-    delta, micro, beta, power = parts
-    joint = _micro_step(pr, delta[None], beta[None], power[None])[0]
-    return [(delta, micro, beta, power), (delta, joint, beta, power)]
+    return parts[0], parts[1], parts[2], parts[3]
 
 
 def objective(pr: RoundProblem, solution: Solution) -> float:
