@@ -55,6 +55,7 @@ from collapipe_core.network import BoolArray, FloatArray
 from collapipe_core.scheduler.arrays import IntArray, indexed, quiet, take_last
 
 PRICES = 3
+_PRICE_STEPS = np.linspace(-0.5, 0.5, PRICES)  # the prices across the zoomed range (log scale)
 NEWTON_STEPS = 40
 _TIED_SLOPES = np.array([0.0, 1.0, 2.0])  # σ1 / (c1·P): below, between and above the stage kinks
 _LINK_SLOPES = np.array([1.0, 2.0, 2.0])  # the link target alone is free only with a slope (2: padding)
@@ -511,7 +512,13 @@ def _price_levels(bracket: FloatArray, center: FloatArray, spread: FloatArray, p
     lo_safe = np.maximum(lo, 1e-300)
     top = np.log(np.maximum(hi, lo_safe))
     width = (top - np.log(lo_safe)) * np.minimum(spread, 1.0)
-    mid = np.where(center > 0, np.log(np.clip(center, lo_safe, np.exp(top))), np.log(lo_safe) + 0.5 * width)
-    frac = np.linspace(-0.5, 0.5, PRICES)[:prices]
-    levels = np.exp(np.clip(mid[:, None] + width[:, None] * frac, np.log(lo_safe)[:, None], top[:, None]))
+    mid = np.where(
+        center > 0,
+        np.log(np.minimum(np.maximum(center, lo_safe), np.exp(top))),
+        np.log(lo_safe) + 0.5 * width,
+    )
+    frac = _PRICE_STEPS[:prices]
+    levels = np.exp(
+        np.minimum(np.maximum(mid[:, None] + width[:, None] * frac, np.log(lo_safe)[:, None]), top[:, None])
+    )
     return np.where(lo[:, None] > 0, levels, 0.0)

@@ -53,12 +53,17 @@ def _fixed_microbatch(
     """The optimal M (S, N) for δ, u, p (S, N, K) and per-cluster limits (S, N) ≥ 1 (affine costs)."""
     s_count, n, _ = delta.shape
     ones = np.ones((s_count, n), dtype=np.int64)
-    one = costs(pr, delta, ones, time_per_bit, power)
-    two = costs(pr, delta, 2 * ones, time_per_bit, power)
-    pi = one.train_s  # (S, N)
-    rho = two.train_s - one.train_s
-    eta = np.sum(pr.queues * (two.energy_j - one.energy_j), axis=-1)
-    rest = one.latency_s - np.max(pi, axis=1)  # (S,) U + the largest gather: T = level + rest
+    pair = costs(  # at M = 1 and M = 2, (2, S, ...)
+        pr,
+        np.stack([delta, delta]),
+        np.stack([ones, 2 * ones]),
+        np.stack([time_per_bit] * 2),
+        np.stack([power] * 2),
+    )
+    pi = pair.train_s[0]  # (S, N)
+    rho = pair.train_s[1] - pair.train_s[0]
+    eta = np.sum(pr.queues * (pair.energy_j[1] - pair.energy_j[0]), axis=-1)
+    rest = pair.latency_s[0] - np.max(pi, axis=1)  # (S,) U + the largest gather: T = level + rest
     m = np.arange(1, pr.microbatch_limit + 1)
     levels = (pi[:, :, None] + (m - 1) * rho[:, :, None]).reshape(s_count, -1)  # (S, levels)
     levels = np.where((m <= limit[:, :, None]).reshape(s_count, -1), levels, np.nan)
@@ -96,7 +101,7 @@ def _greedy(units: IntArray, eta: FloatArray, gain: FloatArray) -> IntArray:
         ratio = np.where(cost > 0, g / np.where(cost > 0, cost, 1.0), np.inf)
         # the last t with gain/((N + t − 1)(N + t)) > η: (N + t − 1)(N + t) < ratio
         t_max = np.where(g > 0, np.ceil((1 + np.sqrt(1 + 4 * np.minimum(ratio, 1e300))) / 2 - n) - 1, 0.0)
-    taken = np.clip(np.minimum(before + extra, t_max) - before, 0, extra).astype(np.int64)
+    taken = np.minimum(np.maximum(np.minimum(before + extra, t_max) - before, 0), extra).astype(np.int64)
     micro = np.empty_like(units)
     np.put_along_axis(micro, np.broadcast_to(order[:, None, :], micro.shape), 1 + taken, axis=2)
     return micro

@@ -185,7 +185,7 @@ def _relaxation(per_block: FloatArray, caps: IntArray, L: int) -> FloatArray:
     order = np.argsort(rate, axis=2)
     rate = take_last(rate, order)
     room = take_last(caps, order)
-    take = np.clip(L - (np.cumsum(room, axis=2) - room), 0, room)
+    take = np.minimum(np.maximum(L - (np.cumsum(room, axis=2) - room), 0), room)
     lp = np.sum(np.where(take > 0, rate * take, 0.0), axis=2)
     return np.where(caps.sum(axis=2) >= L, lp, np.inf)
 
