@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from collapipe_core.costmodel.problem import RoundProblem, holdings, penalty_terms
+from collapipe_core.costmodel.problem import MicroCosts, RoundProblem, holdings, penalty_terms
 from collapipe_core.network import BoolArray, FloatArray, IntArray
 
 
@@ -95,12 +95,17 @@ def stage_times(
 
 
 def gpipe_makespan(
-    pr: RoundProblem, delta: IntArray, micro: npt.ArrayLike, time_per_bit: FloatArray
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: npt.ArrayLike,
+    time_per_bit: FloatArray,
+    micro_costs: MicroCosts | None = None,
 ) -> FloatArray:
-    """T^pipe_n (..., N) of GPipe for δ (..., N, K), M (..., N), u (..., N, K) (module docstring)."""
+    """T^pipe_n (..., N) of GPipe for δ (..., N, K), M (..., N), u (..., N, K) (module docstring);
+    ``micro_costs``: ``pr.micro_costs(micro)`` when the caller has it."""
     on = delta > 0
     m = np.asarray(micro, dtype=np.float64)
-    mc = pr.micro_costs(micro)
+    mc = pr.micro_costs(micro) if micro_costs is None else micro_costs
     u = np.where(on, time_per_bit, 0.0)
     compute = delta * mc.compute_s  # δ_k·a_k
     link = np.asarray(mc.payload_bits)[..., None] * u  # P·u_k
@@ -254,13 +259,18 @@ def gather_s(pr: RoundProblem, delta: IntArray, time_per_bit: FloatArray) -> Flo
 
 
 def device_energy_j(
-    pr: RoundProblem, delta: IntArray, micro: npt.ArrayLike, time_per_bit: FloatArray, power: FloatArray
+    pr: RoundProblem,
+    delta: IntArray,
+    micro: npt.ArrayLike,
+    time_per_bit: FloatArray,
+    power: FloatArray,
+    micro_costs: MicroCosts | None = None,
 ) -> FloatArray:
-    """E_k (..., N, K) without the moved state's upload:
+    """E_k (..., N, K) without the moved state's upload (``micro_costs`` as for :func:`gpipe_makespan`):
     M_n·δ_k·(e_k + e'_k) + p_k·u_k·(2·I·M_n·P + δ_k·B)."""
     on = delta > 0
     m = np.asarray(micro, dtype=np.float64)
-    mc = pr.micro_costs(micro)
+    mc = pr.micro_costs(micro) if micro_costs is None else micro_costs
     u = np.where(on, time_per_bit, 0.0)
     bits = 2.0 * pr.iterations * m[..., None] * np.asarray(mc.payload_bits)[..., None] + delta * pr.block_bits
     per_block = mc.energy_per_block_j()
@@ -284,24 +294,32 @@ def costs(
 ) -> Costs:
     """The model's figures for δ (..., N, K), M (..., N), u = 1/r (..., N, K; any value where δ = 0), p."""
     u = np.where(delta > 0, time_per_bit, 0.0)
-    pipeline = gpipe_makespan(pr, delta, micro, u)
+    mc = pr.micro_costs(micro)
+    pipeline = gpipe_makespan(pr, delta, micro, u, mc)
     gather = gather_s(pr, delta, u)
     redistribution, move_energy = transfers(pr, delta, u)
-    energy = device_energy_j(pr, delta, micro, u, power) + move_energy
+    energy = device_energy_j(pr, delta, micro, u, power, mc) + move_energy
     weighted = np.sum(pr.queues * energy, axis=-1)
     train = redistribution + pr.iterations * pipeline
-    objective = round_objective(pr, train, gather, weighted, np.asarray(micro, dtype=np.float64))
-    return Costs(train, round_latency(pr, train, gather), gather, energy, objective)
+    latency = round_latency(pr, train, gather)
+    objective = round_objective(pr, train, gather, weighted, np.asarray(micro, dtype=np.float64), latency)
+    return Costs(train, latency, gather, energy, objective)
 
 
 def round_objective(
-    pr: RoundProblem, train_s: FloatArray, gather_s: FloatArray, queued_energy: FloatArray, micro: FloatArray
+    pr: RoundProblem,
+    train_s: FloatArray,
+    gather_s: FloatArray,
+    queued_energy: FloatArray,
+    micro: FloatArray,
+    latency_s: FloatArray | None = None,
 ) -> FloatArray:
     """J from per-cluster figures (..., N): R_n + I·T^pipe_n, the gather time, Σ_k Q_k·E_k and M_n:
-    J = penalty(T, Σ_n M_n) + Σ_n Σ_k Q_k·E_k with T = max_n (R_n + I·T^pipe_n) + U + max_n gather_n.
+    J = penalty(T, Σ_n M_n) + Σ_n Σ_k Q_k·E_k with T = max_n (R_n + I·T^pipe_n) + U + max_n gather_n
+    (:func:`round_latency`; ``latency_s`` when the caller has it).
 
     The solver steps that couple clusters (the micro-batch step, the cluster choice) score with this."""
-    latency = round_latency(pr, train_s, gather_s)
+    latency = round_latency(pr, train_s, gather_s) if latency_s is None else latency_s
     value: FloatArray = penalty(pr, latency, np.sum(micro, axis=-1)) + np.sum(queued_energy, axis=-1)
     return value
 
