@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collapipe_core.costmodel.closed_form import costs, latency_factor, transfers
+from collapipe_core.costmodel.closed_form import gather_s, latency_factor, transfers
 from collapipe_core.costmodel.problem import RoundProblem
 from collapipe_core.network import FloatArray
 from collapipe_core.scheduler.arrays import IntArray, indexed, joined
@@ -113,7 +113,7 @@ def segment_step(
         sets.append((c, m, s.pipeline_weight[c], s.gather_weight[c]))
     cluster, m_rows, w, v = (np.concatenate(x) for x in zip(*sets, strict=True))
     factor = latency_factor(pr, m_rows + micro.sum() - micro[cluster])  # the penalty's weight of T, ÷ V
-    gather = costs(pr, delta, micro, pr.time_per_bit(beta, power), power).gather_s
+    gather = gather_s(pr, delta, np.where(delta > 0, pr.time_per_bit(beta, power), 0.0))
     floor = others_max(gather)[cluster]  # Γ_f: the other clusters' largest gather time (−∞: none)
     rows, on = pr.rows(cluster), delta[cluster] > 0  # unscheduled devices: a share 1/(m + 1) at p_max
     share = np.where(rows.available, 1.0 / (on.sum(axis=1, keepdims=True) + 1.0), 0.0)

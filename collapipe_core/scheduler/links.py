@@ -190,6 +190,9 @@ def _round(
     best pair kept (of equal ones the first). A row whose range is one price (its prices coincide) is
     tried once. Returns the new state and its score."""
     beta, x, slope, bracket, center, spread = state
+    if prices == 1:  # no energy weights (allocate): every link at full power, whatever the price
+        t_beta, t_x, t_slope, t_bracket, t_value = _trial(lp, beta, _snr_limit(lp.pi, beta))
+        return (t_beta, t_x, t_slope, t_bracket, center, spread), t_value
     rows = lp.delta.shape[0]
     mu = _price_levels(bracket, center, spread, prices)  # (R, P)
     tried = (np.arange(prices) == 0) | np.any(mu != mu[:, :1], axis=1, keepdims=True)  # (R, P)
