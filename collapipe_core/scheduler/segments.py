@@ -36,6 +36,7 @@ operations (one per segment size) over every (row, pair) of a batch.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -218,6 +219,14 @@ def _window(values: FloatArray, now: FloatArray, width: int) -> FloatArray:
     return np.take_along_axis(values, start[:, None] + np.arange(width), axis=1)
 
 
+@functools.cache
+def _windows(width: int, lo: int, L: int) -> IntArray:
+    """The columns (width, j) of dp[j − d], d = width − i at row i, j = lo..L, in dp padded with L ∞ on its
+    left."""
+    out: IntArray = L - width + np.arange(width)[:, None] + np.arange(lo, L + 1)
+    return out
+
+
 def _dp(
     sc: SegmentCosts, rows: IntArray, caps: IntArray, x: FloatArray, g: FloatArray, order: IntArray, L: int
 ) -> tuple[IntArray, FloatArray]:
@@ -238,27 +247,26 @@ def _dp(
     start_charge = _maxima(sc, rows[:, None], x[:, None], sc.link_s[in_order], g[:, None])  # (B, K)
     start = np.concatenate([np.full((batch, k, 1), np.inf), cost + start_charge[..., None]], axis=2)
     widths = cap.max(axis=0).tolist()
+    padded = np.full((batch, 2 * L + 1), np.inf)  # dp with ∞ on its left (L: the widest segment)
     for step in range(k):
-        less = start[:, step] < dp
-        new, pick, from_start = np.minimum(dp, start[:, step]), np.where(less, j, 0), less
+        from_start = start[:, step] < dp
+        new, pick = np.minimum(dp, start[:, step]), j * from_start
         width = int(widths[step]) if step > 0 else 0
         if width > 0:
-            # continuations dp[j − d] + c(d), d = width..1 (of equal ones the largest d; NaN: none), from
-            # dp padded with ∞ on the left; at the last device only j = L, the one entry the result reads
+            # continuations dp[j − d] + c(d), d = width..1 (of equal ones the largest d; NaN: none); at the
+            # last device only j = L, the one entry the result reads
             lo = L if step == k - 1 else 0
-            padded = np.concatenate([np.full((batch, width), np.inf), dp], axis=1)
-            window = np.arange(width)[:, None] + np.arange(lo, L + 1)  # (width, j): d = width − i at row i
-            value = padded[:, window] + cost[:, step, width - 1 :: -1, None]  # (B, width, j)
+            padded[:, L:] = dp
+            value = padded[:, _windows(width, lo, L)] + cost[:, step, width - 1 :: -1, None]  # (B, width, j)
             value[np.isnan(value)] = np.inf
             cont = value.min(axis=1)
-            size = width - value.argmin(axis=1)  # the first of equal ones: the largest d
             use = cont < new[:, lo:]
-            new[:, lo:] = np.where(use, cont, new[:, lo:])
-            pick[:, lo:] = np.where(use, size, pick[:, lo:])
+            np.copyto(new[:, lo:], cont, where=use)
+            np.copyto(pick[:, lo:], width - value.argmin(axis=1), where=use)  # the first of equal: largest d
             from_start[:, lo:] &= ~use
         changed = new < dp
-        choice[step] = np.where(changed, pick, 0)
-        started[step] = changed & from_start
+        np.multiply(pick, changed, out=choice[step])
+        np.logical_and(changed, from_start, out=started[step])
         dp = new
     delta = np.zeros((batch, k), dtype=np.int64)
     left = np.full(batch, L)
