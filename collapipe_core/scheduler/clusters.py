@@ -188,14 +188,12 @@ def _levels(
     total = np.sum(micro[:, 0], axis=1)  # the first option's M: the current ones
     best_pick, best_value = np.zeros((s_count, n), dtype=np.int64), np.full(s_count, np.inf)
     same_micro = bool(np.all(micro == micro[:, :1]))
+    at_row, at_cluster = np.arange(s_count)[:, None, None, None], np.arange(n)  # against choice (S, P, G, N)
     for scale in (0.0,) if same_micro else (0.0, 0.5, 1.0, 2.0):
         nu = scale * gain / (total * (total + 1.0))
         cost = np.where(ok, (energy - nu[:, None, None] * micro)[:, None, None], np.inf)
         choice = np.argmin(cost, axis=3)  # (S, P, G, N)
-        picked = [
-            np.take_along_axis(x[:, None, None], choice[:, :, :, None], axis=3)[:, :, :, 0]
-            for x in (pipe, gather, energy, micro)
-        ]
+        picked = [x[at_row, choice, at_cluster] for x in (pipe, gather, energy, micro)]
         value = round_objective(pr, *picked).reshape(s_count, -1)  # (S, P·G)
         at = np.argmin(value, axis=1)
         better = value[np.arange(s_count), at] < best_value

@@ -70,8 +70,8 @@ def segment_cost(sc: SegmentCosts, delta: IntArray) -> FloatArray:
     """J(δ) for δ (R, K) (memory caps not checked)."""
     on = delta > 0
     index = np.clip(delta - 1, 0, sc.cost.shape[2] - 1)[:, :, None]
-    additive = np.sum(np.where(on, np.take_along_axis(sc.cost, index, axis=2)[:, :, 0], 0.0), axis=1)
-    gather = np.max(np.where(on, np.take_along_axis(sc.gather_s, index, axis=2)[:, :, 0], 0.0), axis=1)
+    additive = np.sum(np.where(on, take_last(sc.cost, index)[:, :, 0], 0.0), axis=1)
+    gather = np.max(np.where(on, take_last(sc.gather_s, index)[:, :, 0], 0.0), axis=1)
     x = np.max(np.where(on, delta * sc.compute_s, 0.0), axis=1)
     t = np.max(np.where(on, sc.link_s, 0.0), axis=1)
     value: FloatArray = additive + sc.constant + _maxima(sc, np.arange(delta.shape[0]), x, t, gather)
@@ -118,7 +118,7 @@ def best_segments(
         best = np.where(fits, segment_cost(sc, current), np.inf)
         delta = current.copy()
         order = np.argsort(lower, axis=1, kind="stable")
-        lower = np.take_along_axis(lower, order, axis=1)
+        lower = take_last(lower, order)
         link_order = np.argsort(-sc.link_s, axis=1, kind="stable")  # decreasing t_k: the first one sets T
         column, chunk = 0, 1
         while column < order.shape[1]:  # the pairs in bound order, a few columns at a time
@@ -161,7 +161,7 @@ def _thresholds(
     on = current > 0
     x_now = np.max(np.where(on, current * sc.compute_s, 0.0), axis=1)
     index = np.clip(current - 1, 0, L - 1)[:, :, None]
-    g_now = np.max(np.where(on, np.take_along_axis(sc.gather_s, index, axis=2)[:, :, 0], 0.0), axis=1)
+    g_now = np.max(np.where(on, take_last(sc.gather_s, index)[:, :, 0], 0.0), axis=1)
     xs = _window(_merged_floor(x_values.reshape(rows, -1), x_floor), x_now, width)
     g_floor = np.where(sc.c3 > 0, 0.0, sc.gather_floor)  # below Γ_f thresholds differ only through c3·Γ̄
     gs = _window(_merged_floor(g_values.reshape(rows, -1), g_floor), g_now, width)
@@ -216,7 +216,7 @@ def _window(values: FloatArray, now: FloatArray, width: int) -> FloatArray:
     distance = np.abs(values - now[:, None])
     nearest = np.argmin(np.where(np.isnan(distance), np.inf, distance), axis=1)
     start = np.clip(nearest - width // 2, 0, np.maximum(n - width, 0))
-    return np.take_along_axis(values, start[:, None] + np.arange(width), axis=1)
+    return take_last(values, start[:, None] + np.arange(width))
 
 
 @functools.cache
