@@ -347,7 +347,7 @@ def bandwidth_step(
     lo = np.min(np.where(tied, mu, np.inf), axis=1)
     hi = np.max(np.where(tied, mu, -np.inf), axis=1)
     lo = np.where(np.isfinite(lo), lo, 0.0)
-    bracket = np.stack([lo, np.where(np.isfinite(hi), hi, lo)], axis=1)
+    bracket = np.concatenate([lo[:, None], np.where(np.isfinite(hi), hi, lo)[:, None]], axis=1)
     if keep is None:
         return beta, bracket
     out = np.zeros((rows_count, k))
@@ -375,7 +375,9 @@ def _structures(
     link_slope, gather_slope = terms.c1 * p_bits, (terms.c2 + terms.download) * b_bits
     a = terms.a + 1e-12 * (link_slope + gather_slope) + 1e-300
     interior = np.where(on, np.sqrt(zeta / a[:, None]), np.inf)
-    kink1 = np.stack([terms.stage_f, terms.stage_b], axis=1) / p_bits[:, None]  # (R, 2)
+    kink1 = (
+        np.concatenate([terms.stage_f[:, None], terms.stage_b[:, None]], axis=1) / p_bits[:, None]
+    )  # (R, 2)
     inv_d = 1.0 / d
     star = np.where(on, d, np.max(np.where(on, d, 1.0), axis=1, keepdims=True))  # δ* (R, T)
     m = np.minimum(1.0, star[:, :, None] * inv_d[:, None, :])  # (R, T, K)
@@ -394,10 +396,10 @@ def _structures(
     sigma[1] = gather_slope[:, None, None]
     sigma[2, :, :t] = link_slope[:, None, None] * _TIED_SLOPES + star[..., None] * gather_slope[:, None, None]
     kappa = _kappa(
-        np.tile(zeta, (3, 1)),
+        np.concatenate([zeta, zeta, zeta]),
         weight.reshape(3 * rows, j, k),
         side.reshape(3 * rows, j, k),
-        np.tile(terms.a, 3),
+        np.concatenate([terms.a, terms.a, terms.a]),
         sigma.reshape(3 * rows, j, 3),
     ).reshape(3, rows, j, 3)
     k1 = kappa[0, :, 1:, :2]  # (R, J − 1, 2)
