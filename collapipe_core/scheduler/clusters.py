@@ -92,10 +92,10 @@ def coupled_links(
     beta, power = beta.reshape(d.shape), power.reshape(d.shape)
     c = costs(pr, d, m, pr.time_per_bit(beta, power), power)
     pick = select(pr, c.train_s, c.gather_s, np.sum(pr.queues * c.energy_j, axis=-1))  # (S, N)
-    index = pick[:, None, :, None]
+    at = np.arange(s_count)[:, None], pick, np.arange(n)  # each row's pick of each cluster
     return (
-        np.take_along_axis(beta, index, axis=1)[:, 0],
-        np.take_along_axis(power, index, axis=1)[:, 0],
+        beta[at],
+        power[at],
         w[pick // w.size],
         w[pick % w.size],
     )
@@ -115,7 +115,7 @@ def select(
     m = np.ones(pipe.shape) if micro is None else micro
     index, (pipe, gather, energy, m) = _undominated(pipe, gather, energy, m)
     pick = _select(pr, pipe, gather, energy, m)
-    return np.take_along_axis(index, pick[:, None, :], axis=1)[:, 0]
+    return index[np.arange(pick.shape[0])[:, None], pick, np.arange(pick.shape[1])]
 
 
 def _undominated(
@@ -134,8 +134,9 @@ def _undominated(
     order = np.argsort(beaten, axis=1, kind="stable")  # kept options first
     width = max(int(np.max(np.sum(~beaten, axis=1))), 1)
     index = order[:, :width]
-    kept = np.take_along_axis(~beaten, index, axis=1)
-    out = [np.take_along_axis(x, index, axis=1) for x in (pipe, gather, energy, micro)]
+    at = np.arange(pipe.shape[0])[:, None, None], index, np.arange(pipe.shape[2])  # (S, W', N)
+    kept = ~beaten[at]
+    out = [x[at] for x in (pipe, gather, energy, micro)]
     out[0] = np.where(kept, out[0], np.inf)
     return index, out
 
@@ -241,7 +242,7 @@ def others_max(x: FloatArray) -> FloatArray:
     if x.shape[-1] == 1:
         return np.full(x.shape, -np.inf)
     top = np.argmax(x, axis=-1)[..., None]
-    first = np.take_along_axis(x, top, axis=-1)
+    first = np.max(x, axis=-1, keepdims=True)  # x at top
     is_top = np.arange(x.shape[-1]) == top
     second = np.max(np.where(is_top, -np.inf, x), axis=-1, keepdims=True)
     out: FloatArray = np.where(is_top, second, first)
