@@ -26,7 +26,7 @@ from collapipe_core.progress import progress_bar
 remote_app = typer.Typer(no_args_is_help=True, help="Use a CollaPipe server: submit, ls, watch, export")
 study_app = typer.Typer(no_args_is_help=True, help="Studies on a CollaPipe server: submit, watch, export")
 remote_app.add_typer(study_app, name="study")
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # paths stay whole: a terminal wraps lines itself
 
 Server = Annotated[str, typer.Option(envvar="COLLAPIPE_SERVER", help="server URL")]
 Token = Annotated[str | None, typer.Option(envvar="COLLAPIPE_TOKEN", help="API token")]

@@ -28,7 +28,7 @@ config_app = typer.Typer(no_args_is_help=True, help="Inspect and check experimen
 app.add_typer(config_app, name="config")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks of the repository's bench/ folder")
 app.add_typer(bench_app, name="bench")
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # paths stay whole: a terminal wraps lines itself
 UNLIMITED_WIDTH = 100_000  # columns of output that is not a terminal: tables and lines keep their width
 
 
