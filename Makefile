@@ -37,10 +37,8 @@ imports: $(STAMP)
 browser:
 	command -v chromium >/dev/null 2>&1 || (apt-get update -q && apt-get install -y -q chromium)
 
-# PYTEST_WORKERS processes share the suite (tests/conftest.py keeps each server's tests on one of them)
-PYTEST_WORKERS ?= 2
 pytest: $(STAMP) browser
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest
 
 test: lint typecheck imports pytest
 
