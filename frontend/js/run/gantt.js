@@ -136,7 +136,8 @@ export class GanttView {
 
   async load(round) {
     const cluster = Number(this.clusterSelect.value);
-    this.roundInput.value = round;
+    // never under the user's caret: a followed round arriving while they type would mix into their number
+    if (document.activeElement !== this.roundInput) this.roundInput.value = round;
     this.note.textContent = `Loading round ${round}…`;
     // only the newest request draws: a followed round still loading must not replace the one the
     // user asked for after it
